@@ -23,7 +23,7 @@ from fidelity.gate import Verdict, evaluate, horizon_limit, load_policy
 from fidelity.model import Domain, Observation, Trajectory, stable_hash
 from fidelity.pipeline import SimConfig
 from fidelity.resources import default_suite
-from fidelity.sandboxes import default_options, sweep
+from fidelity.sandboxes import backend_for, default_options, sweep
 from fidelity.sandboxes.base import close_all
 from fidelity.store import DEFAULT_DB, Store, TimedObservation, TrajectoryRecord
 from fidelity.worldmodels.base import Mode, WorldModel
@@ -36,7 +36,7 @@ class AuditConfig(BaseModel):
 
     domain: Domain = Domain.terminal
     suite: Path | None = Field(default=None, description="default: the bundled suite of the domain")
-    sandbox: str = "local"
+    sandbox: str | None = Field(default=None, description="default: the domain's own backend")
     sandbox_options: dict[str, Any] = Field(default_factory=dict)
     step_timeout: float = Field(default=30.0, gt=0)
     sim: SimConfig = Field(default_factory=SimConfig)
@@ -50,6 +50,11 @@ class AuditConfig(BaseModel):
     compare: CompareConfig = Field(
         default_factory=CompareConfig, description="normalization rules and thresholds"
     )
+
+    @property
+    def backend(self) -> str:
+        """The sandbox backend this audit replays in (``sandbox``, or the domain's own)."""
+        return backend_for(self.domain.value, self.sandbox)
 
 
 class AuditResult(BaseModel):
@@ -81,7 +86,7 @@ def run_audit(
     """
     started = time.perf_counter()
     config.sim.check()
-    pipeline.check_domain(config.domain)
+    pipeline.check_domain(config.domain, config.sandbox)
     suite_path = config.suite or default_suite(config.domain.value)
     trajectories = pipeline.load_suite(suite_path, config.domain)[: config.limit]
     policy = load_policy(config.policy) if config.policy else None
@@ -202,7 +207,7 @@ async def _run(
     """
     if model is not None:
         await model.check()  # an unreachable endpoint fails before anything is written
-    sweep(config.sandbox)  # leftovers of audits that were killed (SIGKILL skips every finally)
+    sweep(config.backend)  # leftovers of audits that were killed (SIGKILL skips every finally)
     with Store(config.db) as store:
         resumed = store.start_run(run_id, _run_info(config, suite_path, trajectories, description))
         done = store.done_trajectories(run_id)
@@ -244,9 +249,9 @@ class _Runner:
             self.executor,
             pipeline.replay_or_fail,
             trajectory,
-            self.config.sandbox,
+            self.config.backend,
             {
-                **default_options(self.config.sandbox, self.config.domain.value, self.run_id),
+                **default_options(self.config.backend, self.config.domain.value, self.run_id),
                 **self.config.sandbox_options,
             },
             self.config.step_timeout,
@@ -361,7 +366,7 @@ def _run_info(
 ) -> dict[str, Any]:
     return {
         "domain": config.domain.value,
-        "sandbox": config.sandbox,
+        "sandbox": config.backend,
         "world_model": world_model,
         "mode": config.mode.value,
         "suite": str(suite),

@@ -16,6 +16,7 @@ from fidelity.audit import build_world_model
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.model import Observation, Trajectory
 from fidelity.pipeline import SimConfig
+from fidelity.sandboxes import backend_for
 from fidelity.sandboxes.base import close_all
 from fidelity.store import TimedObservation
 from fidelity.worldmodels.base import Mode, WorldModel
@@ -48,7 +49,7 @@ class BatchResult(BaseModel):
 def replay_suite(
     suite: str | os.PathLike[str],
     output: str | os.PathLike[str],
-    sandbox: str = "local",
+    sandbox: str | None = None,
     sandbox_options: dict[str, Any] | None = None,
     step_timeout: float = 30.0,
     concurrency: int = 2,
@@ -65,7 +66,9 @@ def replay_suite(
         )
         report("real", 1)
         return trajectory.with_observations(
-            [t.observation for t in observations], "real", sandbox=sandbox
+            [t.observation for t in observations],
+            "real",
+            sandbox=backend_for(trajectory.domain.value, sandbox),
         )
 
     try:

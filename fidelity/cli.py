@@ -54,6 +54,13 @@ app = typer.Typer(
 
 DbOption = Annotated[Path, typer.Option("--db", help="DuckDB file holding every run.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+SandboxOption = Annotated[
+    str | None,
+    typer.Option(
+        "--sandbox",
+        help="Real backend: local (bubblewrap), docker. Default: the domain's own.",
+    ),
+]
 CompareConfigOption = Annotated[
     Path | None,
     typer.Option(
@@ -230,9 +237,7 @@ def audit(
         Path | None, typer.Argument(help="Suite JSONL (default: the bundled suite of --domain).")
     ] = None,
     domain: Annotated[str, typer.Option("--domain", "-d", help="Domain to audit.")] = "terminal",
-    sandbox: Annotated[
-        str, typer.Option("--sandbox", help="Real backend: local (bubblewrap) or docker.")
-    ] = "local",
+    sandbox: SandboxOption = None,
     sim_url: SimUrl = None,
     sim_model: SimModel = None,
     sim_data: SimData = None,
@@ -275,7 +280,7 @@ def audit(
 
     run_id = run_id or new_run_id()
     config = AuditConfig(
-        domain=Domain(check_domain(domain)),
+        domain=Domain(check_domain(domain, sandbox)),
         suite=suite,
         sandbox=sandbox,
         step_timeout=timeout,
@@ -317,9 +322,7 @@ def replay(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Where to write the real trajectories.")
     ],
-    sandbox: Annotated[
-        str, typer.Option("--sandbox", help="Real backend: local (bubblewrap) or docker.")
-    ] = "local",
+    sandbox: SandboxOption = None,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per step.")] = 30.0,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 2,
     as_json: JsonOption = False,
@@ -494,9 +497,7 @@ def gate(
         Path, typer.Option("--output-dir", "-o", help="Where admitted/quarantined/manifest go.")
     ] = Path("gate-out"),
     seed: Annotated[int, typer.Option("--seed", help="Seed of the stratified sample.")] = 0,
-    sandbox: Annotated[
-        str, typer.Option("--sandbox", help="Real backend: local (bubblewrap) or docker.")
-    ] = "local",
+    sandbox: SandboxOption = None,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per step.")] = 30.0,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 2,
     junit: Annotated[
@@ -586,7 +587,7 @@ def _gate_dataset(
     cut_at_horizon: bool,
     output_dir: Path,
     seed: int,
-    sandbox: str,
+    sandbox: str | None,
     timeout: float,
     concurrency: int,
 ) -> Any:

@@ -46,6 +46,7 @@ from fidelity.errors import InputFormatError, UsageError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.gate import Policy, Verdict, evaluate, horizon_limit
 from fidelity.model import Observation, Trajectory
+from fidelity.sandboxes import backend_for
 from fidelity.sandboxes.base import close_all
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
 from fidelity.worldmodels.base import Mode
@@ -67,7 +68,7 @@ class GateOptions(BaseModel):
     sample: int | None = Field(default=DEFAULT_SAMPLE, ge=1)  # None: every trajectory
     seed: int = 0
     cut_at_horizon: bool = False
-    sandbox: str = "local"
+    sandbox: str | None = None
     step_timeout: float = Field(default=30.0, gt=0)
     concurrency: int = Field(default=2, ge=1)
 
@@ -414,7 +415,7 @@ def _run_info(options: GateOptions, raw: Sequence[Trajectory], domain: str) -> d
     modes = sorted({m.value if (m := _mode(t)) else "recorded" for t in raw})
     return {
         "domain": domain,
-        "sandbox": options.sandbox,
+        "sandbox": backend_for(domain, options.sandbox),
         "world_model": models[0] if len(models) == 1 else {"recorded": models},
         "mode": modes[0] if len(modes) == 1 else "mixed",
         "suite": str(options.dataset),

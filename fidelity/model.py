@@ -99,7 +99,55 @@ class TextAction(Strict):
         return self.text
 
 
-Action = Annotated[CommandAction | KeystrokesAction | TextAction, Field(discriminator="type")]
+class ToolAction(Strict):
+    """A named tool call with JSON arguments (SWE's ``str_replace_editor`` and ``submit``, MCP tools).
+
+    The backend that runs the domain knows the tool; an unknown tool or bad
+    arguments give an observation with an error message, as a real agent
+    harness would answer, never a crash.
+    """
+
+    type: Literal["tool"] = "tool"
+    tool: str = Field(min_length=1, max_length=200)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The tool, with its ``command`` argument when it has one (``str_replace_editor view``)."""
+        command = self.args.get("command")
+        return f"{self.tool} {command}" if isinstance(command, str) else self.tool
+
+    def render(self) -> str:
+        """The call as one line: ``str_replace_editor(command='view', path='/repo/a.py')``."""
+        args = ", ".join(f"{key}={value!r}" for key, value in self.args.items())
+        return f"{self.tool}({args})"
+
+
+class BrowserAction(Strict):
+    """One high-level browser action as BrowserGym writes it: ``click('12')``, ``goto('http://…')``.
+
+    The text is parsed by the browser backend's parser (never evaluated); a
+    malformed action is an observation carrying the error.
+    """
+
+    type: Literal["browser"] = "browser"
+    action: str = Field(min_length=1, max_length=10_000)
+
+    @property
+    def name(self) -> str:
+        """The function called (``click``, ``fill``…), for per-action-type tables."""
+        head = self.action.strip().split("(", 1)[0].strip()
+        return head if head.isidentifier() else "?"
+
+    def render(self) -> str:
+        """The action as written."""
+        return self.action
+
+
+Action = Annotated[
+    CommandAction | KeystrokesAction | TextAction | ToolAction | BrowserAction,
+    Field(discriminator="type"),
+]
 
 
 class Observation(Strict):
@@ -116,6 +164,11 @@ class Observation(Strict):
     timed_out: bool = False
     truncated: bool = False
     error: str | None = Field(default=None, description="infrastructure failure class and message")
+    state: dict[str, Any] | None = Field(
+        default=None,
+        description="structured environment state beside the text (swe: changed files, diff, "
+        "test outcomes; web: url, title, tabs, focused element, last action error)",
+    )
 
     @property
     def failed(self) -> bool:
@@ -173,7 +226,12 @@ class EnvSpec(Strict):
     ``setup`` runs inside the sandbox before the first step (not recorded).
     """
 
-    backend: Literal["local", "docker"] = "local"
+    backend: Literal["local", "docker", "browser"] = "local"
+    project: str | None = Field(
+        default=None,
+        description="a named environment the backend prepares (an SWE repository, a web site): "
+        "sandboxes/<domain>/<project>/",
+    )
     workdir: str | None = None
     setup: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)

@@ -17,11 +17,9 @@ from fidelity.compare.consistency import EntitySource, check_consistency
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
 from fidelity.formats.jsonl import read_trajectories
 from fidelity.model import Domain, EnvSpec, Observation, Step, Trajectory
-from fidelity.sandboxes import get_sandbox
+from fidelity.sandboxes import backend_for, get_sandbox
 from fidelity.store import TimedObservation
 from fidelity.worldmodels.base import Mode, WorldModel
-
-SUPPORTED_DOMAINS = (Domain.terminal,)
 
 
 class SimConfig(BaseModel):
@@ -92,18 +90,24 @@ def load_suite(
     return [t.model_copy(update={"env": resolve_env(t.env, base)}) for t in trajectories]
 
 
-def check_domain(domain: Domain | str) -> Domain:
-    """*domain* as a :class:`Domain` fidelity can audit; UnknownDomainError otherwise."""
+def check_domain(domain: Domain | str, backend: str | None = None) -> Domain:
+    """*domain* as a :class:`Domain` that *backend* (default: the domain's own) can replay.
+
+    UnknownDomainError for a name that is not a domain or that no backend
+    replays yet; UsageError when the named backend cannot replay it.
+    """
     try:
         value = Domain(domain)
     except ValueError:
         known = ", ".join(d.value for d in Domain)
         raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from None
-    if value not in SUPPORTED_DOMAINS:
-        supported = ", ".join(d.value for d in SUPPORTED_DOMAINS)
-        raise UnknownDomainError(
-            f"domain {value.value!r} cannot be audited yet; supported: {supported}"
-        )
+    if backend is None:
+        try:
+            backend_for(value.value, None)
+        except UsageError as exc:
+            raise UnknownDomainError(str(exc)) from None
+    else:
+        backend_for(value.value, backend)
     return value
 
 
@@ -138,10 +142,13 @@ def resolve_env(env: EnvSpec, base: Path) -> EnvSpec:
 
 
 def replay(
-    trajectory: Trajectory, backend: str, options: dict[str, Any], step_timeout: float
+    trajectory: Trajectory, backend: str | None, options: dict[str, Any], step_timeout: float
 ) -> list[TimedObservation]:
-    """Run every action of *trajectory* in a fresh real sandbox (always closed)."""
-    sandbox = get_sandbox(backend, **options)
+    """Run every action of *trajectory* in a fresh real sandbox (always closed).
+
+    *backend* None picks the trajectory's domain's own backend.
+    """
+    sandbox = get_sandbox(backend_for(trajectory.domain.value, backend), **options)
     try:
         sandbox.reset(trajectory.env)
         observations = []
@@ -157,7 +164,7 @@ def replay(
 
 
 def replay_or_fail(
-    trajectory: Trajectory, backend: str, options: dict[str, Any], step_timeout: float
+    trajectory: Trajectory, backend: str | None, options: dict[str, Any], step_timeout: float
 ) -> tuple[list[TimedObservation], str | None]:
     """:func:`replay`, with a sandbox failure of this trajectory turned into failed steps.
 

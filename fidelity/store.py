@@ -79,6 +79,7 @@ CREATE TABLE IF NOT EXISTS observations (
     truncated BOOLEAN NOT NULL,
     error VARCHAR,
     latency_ms DOUBLE,
+    state JSON,
     PRIMARY KEY (run_id, trajectory_id, depth, side, mode, sample)
 );
 CREATE TABLE IF NOT EXISTS comparisons (
@@ -153,6 +154,8 @@ class Store:
 
     def _migrate(self) -> None:
         self.connection.execute(_SCHEMA)
+        # Added after schema 1 shipped; older files gain it in place (NULL for old rows).
+        self.connection.execute("ALTER TABLE observations ADD COLUMN IF NOT EXISTS state JSON")
         row = self.connection.execute(
             "SELECT value FROM meta WHERE key = 'schema_version'"
         ).fetchone()
@@ -283,14 +286,15 @@ class Store:
     def real_observations(self, run_id: str) -> dict[str, list[Observation]]:
         """The real observations of every trajectory of *run_id* stored whole, in depth order."""
         rows = self.connection.execute(
-            """SELECT o.trajectory_id, o.text, o.exit_code, o.cwd, o.timed_out, o.truncated, o.error
+            """SELECT o.trajectory_id, o.text, o.exit_code, o.cwd, o.timed_out, o.truncated, o.error,
+                      o.state
                FROM observations o JOIN trajectories t USING (run_id, trajectory_id)
                WHERE o.run_id = ? AND o.side = 'real' AND t.status = 'done'
                ORDER BY o.trajectory_id, o.depth""",
             [run_id],
         ).fetchall()
         result: dict[str, list[Observation]] = {}
-        for trajectory_id, text, exit_code, cwd, timed_out, truncated, error in rows:
+        for trajectory_id, text, exit_code, cwd, timed_out, truncated, error, state in rows:
             result.setdefault(trajectory_id, []).append(
                 Observation(
                     text=text,
@@ -299,6 +303,7 @@ class Store:
                     timed_out=timed_out,
                     truncated=truncated,
                     error=error,
+                    state=json.loads(state) if state is not None else None,
                 )
             )
         return result
@@ -389,6 +394,7 @@ def _observation_rows(
                 obs.truncated,
                 obs.error,
                 timed.latency_ms,
+                json.dumps(obs.state, sort_keys=True) if obs.state is not None else None,
             ]
         )
     return rows

@@ -10,7 +10,12 @@ import pytest
 
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.batch import replay_suite
-from fidelity.errors import EndpointUnreachableError, InputFormatError, UnknownDomainError
+from fidelity.errors import (
+    EndpointUnreachableError,
+    InputFormatError,
+    UnknownDomainError,
+    UsageError,
+)
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.pipeline import SimConfig
 from fidelity.resources import default_suite
@@ -197,6 +202,8 @@ def test_bad_input_writes_nothing(tmp_path: Path, db_path: Path) -> None:
         InputFormatError, match=r"bad.jsonl:1: steps: List should have at least 1 item"
     ):
         run_audit(AuditConfig(suite=bad, db=db_path))
-    with pytest.raises(UnknownDomainError, match="cannot be audited yet"):
-        run_audit(AuditConfig(domain="web", db=db_path))
+    with pytest.raises(UnknownDomainError, match="'android' cannot be replayed yet"):
+        run_audit(AuditConfig(domain="android", db=db_path))
+    with pytest.raises(UsageError, match="sandbox 'local' cannot replay domain 'mcp'"):
+        run_audit(AuditConfig(domain="mcp", sandbox="local", db=db_path))
     assert not db_path.exists()

@@ -9,6 +9,33 @@ from fidelity.sandboxes.base import Sandbox
 
 BACKENDS = ("local", "docker")
 
+DOMAINS: dict[str, tuple[str, ...]] = {
+    "local": ("terminal",),
+    "docker": ("terminal",),
+}
+"""The domains each backend can replay; an audit of another pair fails before any work."""
+
+DEFAULT_BACKEND: dict[str, str] = {"terminal": "local"}
+"""The backend an audit of a domain uses when ``--sandbox`` is not given."""
+
+
+def backend_for(domain: str, backend: str | None) -> str:
+    """*backend*, or *domain*'s default; UsageError when that backend cannot replay *domain*."""
+    if backend is None:
+        if domain not in DEFAULT_BACKEND:
+            auditable = ", ".join(sorted(DEFAULT_BACKEND))
+            raise UsageError(f"domain {domain!r} cannot be replayed yet; auditable: {auditable}")
+        return DEFAULT_BACKEND[domain]
+    if backend not in DOMAINS:
+        raise UsageError(
+            f"unknown sandbox backend {backend!r}; choose one of: {', '.join(BACKENDS)}"
+        )
+    if domain not in DOMAINS[backend]:
+        able = [name for name, domains in DOMAINS.items() if domain in domains]
+        hint = f"use --sandbox {' or '.join(able)}" if able else "no backend replays it yet"
+        raise UsageError(f"sandbox {backend!r} cannot replay domain {domain!r}; {hint}")
+    return backend
+
 
 def get_sandbox(backend: str, **config: Any) -> Sandbox:
     """A sandbox of *backend* (``local`` = bubblewrap, ``docker``) configured by *config*."""
