@@ -101,9 +101,24 @@ CREATE TABLE IF NOT EXISTS comparisons (
     reasons VARCHAR[] NOT NULL,
     PRIMARY KEY (run_id, trajectory_id, depth, mode, sample)
 );
+CREATE TABLE IF NOT EXISTS judgments (
+    run_id VARCHAR NOT NULL,
+    trajectory_id VARCHAR NOT NULL,
+    depth INTEGER NOT NULL,
+    mode VARCHAR NOT NULL,
+    sample INTEGER NOT NULL,
+    judge JSON NOT NULL,
+    scores JSON,
+    overall DOUBLE,
+    error VARCHAR,
+    raw VARCHAR,
+    judged_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, trajectory_id, depth, mode, sample)
+);
 """
 
-_PER_TRAJECTORY_TABLES = ("steps", "observations", "comparisons")
+# judgments go too: a re-audited trajectory's old judgments no longer describe its steps
+_PER_TRAJECTORY_TABLES = ("steps", "observations", "comparisons", "judgments")
 
 
 @dataclass
@@ -126,6 +141,20 @@ class TrajectoryRecord:
     real_seconds: float
     sim_seconds: float
     error: str | None = None
+
+
+@dataclass
+class JudgmentRecord:
+    """An LLM judge's verdict on one compared step: scores, or the error that replaced them."""
+
+    trajectory_id: str
+    depth: int
+    mode: str
+    sample: int
+    scores: dict[str, float] | None
+    overall: float | None
+    error: str | None = None
+    raw: str | None = None
 
 
 class Store:
@@ -341,6 +370,37 @@ class Store:
                     _now(),
                 ],
             )
+
+    def write_judgments(
+        self, run_id: str, judge: dict[str, str], records: Sequence[JudgmentRecord]
+    ) -> None:
+        """Store judgments of *run_id*'s steps in one transaction (replacing earlier ones)."""
+        if not records:
+            return
+        now, config = _now(), json.dumps(judge, sort_keys=True)
+        rows = [
+            [
+                run_id,
+                r.trajectory_id,
+                r.depth,
+                r.mode,
+                r.sample,
+                config,
+                json.dumps(r.scores, sort_keys=True) if r.scores is not None else None,
+                r.overall,
+                r.error,
+                r.raw,
+                now,
+            ]
+            for r in records
+        ]
+        with self.transaction() as tx:
+            tx.executemany(
+                "DELETE FROM judgments WHERE run_id = ? AND trajectory_id = ? AND depth = ? "
+                "AND mode = ? AND sample = ?",
+                [row[:5] for row in rows],
+            )
+            _insert_rows(tx, "judgments", rows)
 
 
 _ROWS_PER_INSERT = 500
