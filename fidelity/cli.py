@@ -642,6 +642,49 @@ def drift(
 
 
 @app.command()
+def judge(
+    judge_url: Annotated[
+        str, typer.Option("--judge-url", help="OpenAI-compatible endpoint of the judge (…/v1).")
+    ],
+    judge_model: Annotated[str, typer.Option("--judge-model", help="Model name of the judge.")],
+    db: DbOption = Path("fidelity.duckdb"),
+    run: Annotated[str | None, typer.Option("--run", help="Run id (default: the latest).")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Judge at most N steps.")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Concurrent judge requests.")
+    ] = 8,
+    prompts_dir: PromptsDir = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Score a stored run's steps with an LLM judge (AgentWorldBench's five dimensions)."""
+    from fidelity.judge import JudgeConfig, judge_run
+    from fidelity.worldmodels.cache import DEFAULT_CACHE
+
+    config = JudgeConfig(
+        url=judge_url,
+        model=judge_model,
+        limit=limit,
+        concurrency=concurrency,
+        prompts_dir=prompts_dir,
+        cache=db.resolve().parent / DEFAULT_CACHE,
+    )
+    with _progress(as_json, {"judge": "judged"}) as progress:
+        result = judge_run(db, run, config, progress)
+    if as_json:
+        out.print_json(result.model_dump_json())
+        return
+    agreement = result.agreement
+    rho = "-" if agreement.overall is None else f"{agreement.overall:+.3f}"
+    out.print(
+        f"run {result.run_id}: judged {result.judged}/{result.steps} steps "
+        f"({result.failed} judge failures); Spearman(judge overall, score) {rho} "
+        f"over n={agreement.n}"
+    )
+
+
+@app.command()
 def runs(db: DbOption = Path("fidelity.duckdb"), as_json: JsonOption = False) -> None:
     """List stored runs, newest first."""
     from fidelity.store import Store
@@ -863,12 +906,17 @@ def _render_diff(result: Any) -> None:
 
 
 @contextmanager
-def _progress(quiet: bool) -> Iterator[Callable[[str, int], None]]:
-    """A rich progress bar (on stderr) driven by the library's progress callback."""
+def _progress(
+    quiet: bool, labels: dict[str, str] | None = None
+) -> Iterator[Callable[[str, int], None]]:
+    """A rich progress bar (on stderr) driven by the library's progress callback.
+
+    *labels* maps the library's phases to bar titles (default: an audit's phases).
+    """
     if quiet or not err.is_terminal:
         yield lambda phase, n: None
         return
-    labels = {"real": "real replay", "sim": "simulation", "compare": "compared"}
+    labels = labels or {"real": "real replay", "sim": "simulation", "compare": "compared"}
     with Progress(
         TextColumn("{task.description:>12}"),
         BarColumn(),

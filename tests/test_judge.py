@@ -1,0 +1,216 @@
+"""The optional LLM judge against the loopback fake OpenAI server: scores, failures, agreement."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import duckdb
+import pytest
+from scipy.stats import spearmanr
+from typer.testing import CliRunner
+
+from fidelity.cli import app
+from fidelity.compare.base import StepComparison
+from fidelity.judge import (
+    DIMENSIONS,
+    JudgeConfig,
+    JudgmentParseError,
+    judge_run,
+    overall_score,
+    parse_scores,
+    spearman,
+)
+from fidelity.model import Observation
+from fidelity.store import JudgmentRecord, Store, TimedObservation, TrajectoryRecord
+from tests.conftest import command_trajectory
+from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
+
+INFO = {
+    "domain": "terminal",
+    "sandbox": "local",
+    "world_model": {"backend": "copy"},
+    "mode": "teacher-forced",
+    "suite": "suite.jsonl",
+    "suite_digest": "abc",
+    "code_version": "test",
+}
+METRIC = [1.0, 0.8, 0.55, 0.3]
+"""Deterministic scores of the four stored steps (trajectory t1: depths 1-2, t2: 1-2)."""
+
+
+def answer(level: int, **override: object) -> str:
+    scores: dict[str, object] = dict.fromkeys(DIMENSIONS, level)
+    scores.update(override)
+    return f"<think>compare the outputs</think>\nFine.\n<scores>{json.dumps(scores)}</scores>"
+
+
+def store_run(db: Path) -> None:
+    """A run with two trajectories of two steps and known deterministic scores."""
+    with Store(db) as store:
+        store.start_run("r1", INFO)
+        for index, tid in enumerate(("t1", "t2")):
+            trajectory = command_trajectory(tid, "ls", "cat notes.txt")
+            real = [TimedObservation(Observation(text=f"notes.txt\n{tid}\n", exit_code=0))] * 2
+            sim = [TimedObservation(Observation(text="notes.txt\nother\n", exit_code=0))] * 2
+            comparisons = [
+                StepComparison(score=METRIC[2 * index + d], drift=METRIC[2 * index + d] < 0.6)
+                for d in (0, 1)
+            ]
+            record = TrajectoryRecord(
+                trajectory, real, sim, comparisons, "teacher-forced", 0.1, 0.1
+            )
+            store.write_trajectory("r1", record)
+        store.finish_run("r1", "done")
+
+
+def config(url: str, tmp_path: Path, **update: object) -> JudgeConfig:
+    values: dict[str, object] = {
+        "url": url,
+        "model": MODEL,
+        "concurrency": 1,
+        "backoff_base": 0.01,
+        "max_retries": 2,
+        "cache": tmp_path / "judge-cache.duckdb",
+    }
+    values.update(update)
+    return JudgeConfig.model_validate(values)
+
+
+def judgments(db: Path) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(
+            "SELECT trajectory_id, depth, scores, overall, error FROM judgments "
+            "ORDER BY trajectory_id, depth"
+        ).fetchall()
+
+
+def test_good_scores_are_stored_and_agree_with_the_metrics(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path
+) -> None:
+    store_run(db_path)
+    fake_llm.script(*(Reply.text(answer(level)) for level in (5, 4, 3, 1)))
+    result = judge_run(db_path, None, config(fake_llm.url, tmp_path))
+    assert (result.run_id, result.steps, result.judged, result.failed) == ("r1", 4, 4, 0)
+    rows = judgments(db_path)
+    assert [row[3] for row in rows] == [100.0, 75.0, 50.0, 0.0]
+    assert json.loads(str(rows[1][2])) == dict.fromkeys(DIMENSIONS, 4.0)
+    assert result.agreement.n == 4
+    assert result.agreement.overall == pytest.approx(1.0)
+    assert result.agreement.dimensions["factuality"] == pytest.approx(1.0)
+    assert result.mean_scores["overall"] == pytest.approx(56.25)
+    # the request shows the action, both observations and the real history
+    user = fake_llm.requests[1]["messages"][1]["content"]
+    assert "t1" in user and "other" in user and "## Step 1" in user
+    assert fake_llm.requests[1]["temperature"] == 0.0
+
+
+def test_cached_answers_cost_nothing_on_a_rerun(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path
+) -> None:
+    store_run(db_path)
+    fake_llm.script(*(Reply.text(answer(level)) for level in (5, 4, 3, 1)))
+    judge_run(db_path, "r1", config(fake_llm.url, tmp_path))
+    again = judge_run(db_path, "r1", config(fake_llm.url, tmp_path))
+    assert len(fake_llm.requests) == 4
+    assert again.judged == 4 and len(judgments(db_path)) == 4
+
+
+def test_garbage_answers_are_judge_failures_never_scores(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path
+) -> None:
+    store_run(db_path)
+    fake_llm.script(
+        Reply.text("Looks faithful to me, 5/5."),
+        Reply.text(answer(4, realism=9)),
+        Reply.garbage(),
+        Reply.text(answer(2)),
+    )
+    result = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, max_retries=0))
+    assert (result.judged, result.failed) == (1, 3)
+    assert result.failures == {"JudgmentParseError": 2, "MalformedPredictionError": 1}
+    rows = judgments(db_path)
+    assert [row[2] is None and row[3] is None for row in rows] == [True, True, True, False]
+    assert "no <scores>" in str(rows[0][4]) and "realism=9" in str(rows[1][4])
+    assert result.agreement.n == 1 and result.agreement.overall is None
+    # failures were not cached: a rerun asks again
+    fake_llm.script(*(Reply.text(answer(level)) for level in (5, 4, 3)))
+    assert judge_run(db_path, "r1", config(fake_llm.url, tmp_path)).judged == 4
+
+
+def test_server_errors_are_retried_then_recorded(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path
+) -> None:
+    store_run(db_path)
+    fake_llm.script(
+        Reply.http(500),
+        Reply.http(503),
+        Reply.text(answer(5)),
+        *([Reply.http(500)] * 3),
+        Reply.text(answer(3)),
+    )
+    result = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, limit=3))
+    assert (result.steps, result.judged, result.failed) == (3, 2, 1)
+    assert len(fake_llm.requests) == 7
+    error = str(judgments(db_path)[1][4])
+    assert error.startswith("InternalServerError: HTTP 500") and "after 3 attempts" in error
+
+
+def test_unreachable_endpoint_is_one_line_exit_2_and_keeps_what_is_stored(
+    closed_port_url: str, db_path: Path
+) -> None:
+    store_run(db_path)
+    with Store(db_path) as store:
+        store.write_judgments(
+            "r1", {"model": "earlier"}, [JudgmentRecord("t1", 1, "teacher-forced", 0, None, None)]
+        )
+    args = ["judge", "--db", db_path, "--judge-url", closed_port_url, "--judge-model", MODEL]
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 2
+    message = result.output.strip()
+    assert "\n" not in message and closed_port_url in message and "--judge-url" in message
+    assert len(judgments(db_path)) == 1
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM comparisons").fetchone() == (4,)
+
+
+def test_cli_json_reports_the_agreement(fake_llm: FakeLLM, db_path: Path) -> None:
+    store_run(db_path)
+    fake_llm.script(*(Reply.text(answer(level)) for level in (5, 4, 3, 1)))
+    args = ["judge", "--db", db_path, "--judge-url", fake_llm.url, "--judge-model", MODEL]
+    result = CliRunner().invoke(app, [str(a) for a in [*args, "--concurrency", "1", "--json"]])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["agreement"]["n"] == 4 and data["agreement"]["overall"] == pytest.approx(1.0)
+    assert set(data["agreement"]["dimensions"]) == set(DIMENSIONS)
+
+
+def test_parse_scores_is_strict() -> None:
+    assert parse_scores(answer(3)) == dict.fromkeys(DIMENSIONS, 3.0)
+    assert overall_score(dict.fromkeys(DIMENSIONS, 3.0)) == 50.0
+    last = "<scores>{}</scores> then " + answer(2, rationale="ok")
+    assert parse_scores(last)["quality"] == 2.0
+    for bad in (
+        None,
+        "<scores>not json</scores>",
+        "<scores>[1, 2, 3, 4, 5]</scores>",
+        answer(3, format=0),
+        answer(3, quality="5"),
+        answer(3, quality=True),
+        answer(3, extra=1),
+        "<scores>" + json.dumps({"format": 3}) + "</scores>",
+    ):
+        with pytest.raises(JudgmentParseError):
+            parse_scores(bad)
+
+
+def test_spearman_on_known_cases() -> None:
+    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(0.8208, abs=1e-4)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2], [1, 2]) is None
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+    rng = random.Random(3)
+    x = [rng.randint(1, 5) for _ in range(50)]
+    y = [rng.random() for _ in range(50)]
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-6)
