@@ -10,7 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,7 +25,7 @@ from fidelity.pipeline import SimConfig
 from fidelity.resources import default_suite
 from fidelity.sandboxes import backend_for, default_options, sweep
 from fidelity.sandboxes.base import close_all
-from fidelity.store import DEFAULT_DB, Store, TimedObservation, TrajectoryRecord
+from fidelity.store import DEFAULT_DB, SimVariant, Store, TimedObservation, TrajectoryRecord
 from fidelity.worldmodels.base import Mode, WorldModel
 
 
@@ -40,7 +40,9 @@ class AuditConfig(BaseModel):
     sandbox_options: dict[str, Any] = Field(default_factory=dict)
     step_timeout: float = Field(default=30.0, gt=0)
     sim: SimConfig = Field(default_factory=SimConfig)
-    mode: Mode = Mode.teacher_forced
+    mode: Mode | Literal["both"] = Field(
+        default=Mode.teacher_forced, description="both: teacher-forced and open-loop, stored apart"
+    )
     db: Path = Path(DEFAULT_DB)
     run_id: str | None = None
     concurrency: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2), ge=1)
@@ -50,6 +52,16 @@ class AuditConfig(BaseModel):
     compare: CompareConfig = Field(
         default_factory=CompareConfig, description="normalization rules and thresholds"
     )
+
+    @property
+    def modes(self) -> list[Mode]:
+        """The simulation modes this audit runs (``both``: teacher-forced, then open-loop)."""
+        return [Mode.teacher_forced, Mode.open_loop] if self.mode == "both" else [Mode(self.mode)]
+
+    @property
+    def mode_label(self) -> str:
+        """How the run records its modes: ``teacher-forced``, ``teacher-forced+open-loop``."""
+        return "+".join(mode.value for mode in self.modes)
 
     @property
     def backend(self) -> str:
@@ -259,18 +271,28 @@ class _Runner:
         self.progress("real", 1)
         return observations, error, time.perf_counter() - started
 
+    @property
+    def variants(self) -> list[tuple[Mode, int]]:
+        """Every (mode, sample) drawn per trajectory, the stored-first one first."""
+        return [(m, k) for m in self.config.modes for k in range(self.config.sim.samples)]
+
     async def sim(
         self, model: WorldModel, trajectory: Trajectory, real: list[Observation] | None
-    ) -> tuple[list[TimedObservation], float]:
-        """Predict *trajectory* with *model* (real history given when teacher-forced)."""
+    ) -> tuple[list[list[TimedObservation]], float]:
+        """Predict every variant of *trajectory* (real history given when teacher-forced)."""
         started = time.perf_counter()
-        sim = await pipeline.simulate(model, trajectory, self.config.mode, real, self.sim_limit)
+        draws = await asyncio.gather(
+            *(
+                pipeline.simulate(model, trajectory, mode, real, self.sim_limit, sample)
+                for mode, sample in self.variants
+            )
+        )
         self.progress("sim", 1)
-        return sim, time.perf_counter() - started
+        return list(draws), time.perf_counter() - started
 
     async def one(self, model: WorldModel, trajectory: Trajectory) -> None:
-        """Real and sim for one trajectory, as concurrently as the mode allows."""
-        if self.config.mode is Mode.open_loop:
+        """Real and sim for one trajectory, as concurrently as the modes allow."""
+        if Mode.teacher_forced not in self.config.modes:
             # Open-loop simulation never looks at real observations: both sides at once.
             real_task = asyncio.ensure_future(self.real(trajectory))
             sim = await self.sim(model, trajectory, None)
@@ -283,31 +305,48 @@ class _Runner:
         model: WorldModel,
         trajectory: Trajectory,
         real_result: RealResult,
-        sim_result: tuple[list[TimedObservation], float] | None = None,
+        sim_result: tuple[list[list[TimedObservation]], float] | None = None,
     ) -> None:
         """Simulate (unless done), compare and store one trajectory."""
         real, error, real_seconds = real_result
         real_obs = [t.observation for t in real]
         if sim_result is None:
             sim_result = await self.sim(model, trajectory, real_obs)
-        sim, sim_seconds = sim_result
-        sim_obs = [t.observation for t in sim]
-        shown = pipeline.shown_history(trajectory, real_obs, sim_obs, self.config.mode)
-        comparisons = pipeline.compare(trajectory, real_obs, sim_obs, shown, self.config.compare)
+        draws, sim_seconds = sim_result
+        variants = [
+            self.compared(trajectory, real_obs, mode, sample, sim)
+            for (mode, sample), sim in zip(self.variants, draws, strict=True)
+        ]
+        first = variants[0]
         record = TrajectoryRecord(
             trajectory,
             real,
-            sim,
-            comparisons,
-            self.config.mode.value,
+            first.sim,
+            first.comparisons,
+            first.mode,
             real_seconds,
             sim_seconds,
             error,
+            extra=variants[1:],
         )
         self.store.write_trajectory(self.run_id, record)
         if error:
             self.failed.append(trajectory.id)
         self.progress("compare", 1)
+
+    def compared(
+        self,
+        trajectory: Trajectory,
+        real: list[Observation],
+        mode: Mode,
+        sample: int,
+        sim: list[TimedObservation],
+    ) -> SimVariant:
+        """One simulation of *trajectory* compared step by step with the real replay."""
+        sim_obs = [t.observation for t in sim]
+        shown = pipeline.shown_history(trajectory, real, sim_obs, mode)
+        comparisons = pipeline.compare(trajectory, real, sim_obs, shown, self.config.compare)
+        return SimVariant(mode.value, sample, sim, comparisons)
 
 
 async def _audit(
@@ -368,7 +407,7 @@ def _run_info(
         "domain": config.domain.value,
         "sandbox": config.backend,
         "world_model": world_model,
-        "mode": config.mode.value,
+        "mode": config.mode_label,
         "suite": str(suite),
         "suite_digest": stable_hash([t.model_dump(mode="json") for t in trajectories]),
         "code_version": code_version(),

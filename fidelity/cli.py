@@ -156,7 +156,8 @@ SamplesOption = Annotated[
 ModeOption = Annotated[
     str,
     typer.Option(
-        "--mode", help="teacher-forced (real history) or open-loop (the model's own history)."
+        "--mode",
+        help="teacher-forced (real history), open-loop (the model's own history), or both.",
     ),
 ]
 
@@ -225,7 +226,7 @@ def _mode(value: str) -> Any:
     try:
         return Mode(value)
     except ValueError:
-        raise UsageError(f"--mode {value!r}: choose teacher-forced or open-loop") from None
+        raise UsageError(f"--mode {value!r}: choose teacher-forced, open-loop or both") from None
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -248,6 +249,7 @@ def audit(
     max_tokens: MaxTokens = 4096,
     top_k: TopK = 20,
     prompts_dir: PromptsDir = None,
+    samples: SamplesOption = 1,
     mode: ModeOption = "teacher-forced",
     db: DbOption = Path("fidelity.duckdb"),
     run_id: Annotated[
@@ -292,8 +294,9 @@ def audit(
             max_tokens,
             top_k,
             prompts_dir,
+            samples,
         ),
-        mode=_mode(mode),
+        mode="both" if mode == "both" else _mode(mode),
         db=db,
         run_id=run_id,
         report=report,
@@ -771,6 +774,8 @@ def _render_audit(result: Any) -> None:
         "steps compared",
         f"{totals.compared_steps} (+{totals.infra_failures} infrastructure failures)",
     )
+    if totals.mode:
+        head.add_row("headline mode", f"{totals.mode} (every mode: see the report's cells)")
     head.add_row("drift rate", f"{totals.drift_rate:.1%}")
     head.add_row("hallucination rate", f"{totals.hallucination_rate:.1%}")
     head.add_row("mean score", f"{totals.mean_score:.3f}")
@@ -780,6 +785,10 @@ def _render_audit(result: Any) -> None:
     )
     head.add_row("elapsed", f"{result.elapsed_s:.1f} s")
     out.print(head)
+    for figure in result.summary.simulation:
+        if figure.sampling or figure.controllability:
+            out.print(f"[bold]{figure.mode}[/]:", end=" ")
+            _render_sim_figures(figure)
     worst = [row for row in result.summary.by_action if row.drift_rate > 0][:5]
     if worst:
         table = Table(

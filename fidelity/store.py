@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS steps (
     action_name VARCHAR NOT NULL,
     action VARCHAR NOT NULL,
     action_json JSON NOT NULL,
+    control JSON,
     PRIMARY KEY (run_id, trajectory_id, depth)
 );
 CREATE TABLE IF NOT EXISTS observations (
@@ -130,8 +131,22 @@ class TimedObservation:
 
 
 @dataclass
+class SimVariant:
+    """One more simulation of a trajectory: another mode, or another sample (draw)."""
+
+    mode: str
+    sample: int
+    sim: list[TimedObservation]
+    comparisons: list[StepComparison]
+
+
+@dataclass
 class TrajectoryRecord:
-    """Everything one audited trajectory adds to the store."""
+    """Everything one audited trajectory adds to the store.
+
+    ``sim``/``comparisons`` are sample 0 of ``mode``; an audit drawing several
+    samples or running both modes adds the other draws as ``extra`` variants.
+    """
 
     trajectory: Trajectory
     real: list[TimedObservation]
@@ -141,6 +156,11 @@ class TrajectoryRecord:
     real_seconds: float
     sim_seconds: float
     error: str | None = None
+    extra: list[SimVariant] = field(default_factory=list)
+
+    def variants(self) -> list[SimVariant]:
+        """Every simulation of the trajectory, the first one included."""
+        return [SimVariant(self.mode, 0, self.sim, self.comparisons), *self.extra]
 
 
 @dataclass
@@ -185,6 +205,7 @@ class Store:
         self.connection.execute(_SCHEMA)
         # Added after schema 1 shipped; older files gain it in place (NULL for old rows).
         self.connection.execute("ALTER TABLE observations ADD COLUMN IF NOT EXISTS state JSON")
+        self.connection.execute("ALTER TABLE steps ADD COLUMN IF NOT EXISTS control JSON")
         row = self.connection.execute(
             "SELECT value FROM meta WHERE key = 'schema_version'"
         ).fetchone()
@@ -345,17 +366,17 @@ class Store:
             for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
                 tx.execute(f"DELETE FROM {table} WHERE run_id = ? AND trajectory_id = ?", key)
             _insert_rows(tx, "steps", _step_rows(run_id, trajectory))
-            _insert_rows(
-                tx,
-                "observations",
-                _observation_rows(run_id, trajectory.id, "real", "real", record.real)
-                + _observation_rows(run_id, trajectory.id, "sim", record.mode, record.sim),
-            )
-            _insert_rows(
-                tx,
-                "comparisons",
-                _comparison_rows(run_id, trajectory, record.mode, record.comparisons),
-            )
+            observations = _observation_rows(run_id, trajectory.id, "real", "real", 0, record.real)
+            comparisons: list[Sequence[Any]] = []
+            for variant in record.variants():
+                observations += _observation_rows(
+                    run_id, trajectory.id, "sim", variant.mode, variant.sample, variant.sim
+                )
+                comparisons += _comparison_rows(
+                    run_id, trajectory, variant.mode, variant.sample, variant.comparisons
+                )
+            _insert_rows(tx, "observations", observations)
+            _insert_rows(tx, "comparisons", comparisons)
             tx.execute(
                 "INSERT INTO trajectories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -428,13 +449,19 @@ def _step_rows(run_id: str, trajectory: Trajectory) -> list[Sequence[Any]]:
             step.action.name,
             step.action.render(),
             step.action.model_dump_json(),
+            step.control.model_dump_json() if step.control is not None else None,
         ]
         for depth, step in enumerate(trajectory.steps, start=1)
     ]
 
 
 def _observation_rows(
-    run_id: str, trajectory_id: str, side: str, mode: str, observations: list[TimedObservation]
+    run_id: str,
+    trajectory_id: str,
+    side: str,
+    mode: str,
+    sample: int,
+    observations: list[TimedObservation],
 ) -> list[Sequence[Any]]:
     rows: list[Sequence[Any]] = []
     for depth, timed in enumerate(observations, start=1):
@@ -446,7 +473,7 @@ def _observation_rows(
                 depth,
                 side,
                 mode,
-                0,
+                sample,
                 obs.text,
                 obs.exit_code,
                 obs.cwd,
@@ -461,7 +488,7 @@ def _observation_rows(
 
 
 def _comparison_rows(
-    run_id: str, trajectory: Trajectory, mode: str, comparisons: list[StepComparison]
+    run_id: str, trajectory: Trajectory, mode: str, sample: int, comparisons: list[StepComparison]
 ) -> list[Sequence[Any]]:
     return [
         [
@@ -469,7 +496,7 @@ def _comparison_rows(
             trajectory.id,
             depth,
             mode,
-            0,
+            sample,
             trajectory.domain.value,
             c.score,
             c.drift,

@@ -207,3 +207,58 @@ def test_bad_input_writes_nothing(tmp_path: Path, db_path: Path) -> None:
     with pytest.raises(UsageError, match="sandbox 'local' cannot replay domain 'mcp'"):
         run_audit(AuditConfig(domain="mcp", sandbox="local", db=db_path))
     assert not db_path.exists()
+
+
+def test_both_modes_and_samples_are_stored_apart(
+    tmp_path: Path, db_path: Path, fake_llm: FakeLLM
+) -> None:
+    from fidelity.model import Control, Step
+
+    (trajectory,) = read_trajectories(small_suite(tmp_path, 1))
+    controlled = Control(instruction="answer as if it ran", expect=r"^ran: ")
+    steps = [
+        Step(action=s.action, control=controlled if depth == 2 else None)
+        for depth, s in enumerate(trajectory.steps, start=1)
+    ]
+    suite = tmp_path / "controlled.jsonl"
+    write_trajectories(suite, [trajectory.model_copy(update={"steps": steps})])
+    n = len(steps)
+    sim = SimConfig(url=fake_llm.url, model="fake/agentworld-tiny", samples=2)
+    report = tmp_path / "both.html"
+    result = run_audit(AuditConfig(suite=suite, db=db_path, sim=sim, mode="both", report=report))
+
+    counts = rows(
+        db_path,
+        "SELECT mode, sample, count(*) FROM comparisons GROUP BY ALL ORDER BY mode, sample",
+    )
+    assert counts == [
+        ("open-loop", 0, n),
+        ("open-loop", 1, n),
+        ("teacher-forced", 0, n),
+        ("teacher-forced", 1, n),
+    ]
+    assert rows(db_path, "SELECT count(*) FROM observations WHERE side = 'sim'") == [(4 * n,)]
+    assert rows(db_path, "SELECT mode FROM runs") == [("teacher-forced+open-loop",)]
+    summary = result.summary
+    # The headline is about the first mode (both samples); cells show both modes side by side.
+    assert summary.totals.mode == "teacher-forced" and summary.totals.steps == 2 * n
+    assert {cell.mode for cell in summary.cells} == {"teacher-forced", "open-loop"}
+    figures = {f.mode: f for f in summary.simulation}
+    assert set(figures) == {"teacher-forced", "open-loop"}
+    for figure in figures.values():
+        assert figure.sampling is not None and figure.sampling.samples == 2
+        assert figure.sampling.spread == 0.0  # the fake answers every draw alike
+        assert figure.sampling.distance_to_real is not None
+        assert figure.sampling.distance_to_real > 0
+        assert figure.controllability is not None
+        assert (figure.controllability.judged, figure.controllability.obeyed) == (2, 2)
+    html = report.read_text()
+    assert "open-loop" in html and "Controllability" in html
+
+    # Resuming the same run id with the same modes is allowed and adds nothing.
+    again = run_audit(
+        AuditConfig(suite=suite, db=db_path, sim=sim, mode="both", run_id=result.run_id)
+    )
+    assert again.resumed and again.skipped == 1
+    with pytest.raises(Exception, match="another suite, domain or mode"):
+        run_audit(AuditConfig(suite=suite, db=db_path, sim=sim, run_id=result.run_id))

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fidelity.worldmodels.metrics import Controllability, SampleSpread
+
 
 class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -40,6 +42,7 @@ class Totals(_Row):
     mean_score: float
     trust_horizon: int  # largest depth d with drift rate <= the horizon limit at every depth <= d
     horizon_limit: float
+    mode: str | None = None  # the mode these figures are about when the run holds several
 
 
 class DepthRow(_Row):
@@ -147,6 +150,14 @@ class TrendRow(_Row):
     mean_score: float
 
 
+class ModeSimulation(_Row):
+    """The simulated side of one mode: its samples' spread and its controllability."""
+
+    mode: str
+    sampling: SampleSpread | None = None  # None: one sample per step
+    controllability: Controllability | None = None  # None: no step carries a control
+
+
 class RunSummary(_Row):
     """Everything a report or gate needs about one run."""
 
@@ -161,4 +172,5 @@ class RunSummary(_Row):
     entities: list[EntityRow] = Field(default_factory=list)
     normalizations: list[NormalizationRow] = Field(default_factory=list)
     trend: list[TrendRow] = Field(default_factory=list)
+    simulation: list[ModeSimulation] = Field(default_factory=list)
     min_cell_steps: int = 30

@@ -8,6 +8,7 @@ from typing import Any
 from fidelity.analysis import cells as _cells
 from fidelity.analysis.cells import MIN_CELL_STEPS, trust_horizon
 from fidelity.analysis.models import ActionRow, DepthRow, RunInfo, RunSummary, Totals, WorstStep
+from fidelity.analysis.simulation import simulation_figures
 from fidelity.store import Store
 
 DEFAULT_HORIZON_LIMIT = 0.10
@@ -38,13 +39,15 @@ def summarize(
     entity kinds, normalizations and the trend across runs of the same domain.
     """
     run_id = store.require_run(run_id)
-    by_depth = _by_depth(store, run_id)
+    run = _run_info(store, run_id)
+    mode = headline_mode(run.mode)
+    by_depth = _by_depth(store, run_id, mode)
     summary = RunSummary(
-        run=_run_info(store, run_id),
-        totals=_totals(store, run_id, by_depth, horizon_limit),
+        run=run,
+        totals=_totals(store, run_id, mode, by_depth, horizon_limit),
         by_depth=by_depth,
-        by_action=_by_action(store, run_id),
-        worst=_worst(store, run_id, worst),
+        by_action=_by_action(store, run_id, mode),
+        worst=_worst(store, run_id, mode, worst),
         min_cell_steps=min_cell_steps,
     )
     if not detail:
@@ -58,8 +61,22 @@ def summarize(
             "entities": _cells.entities(store, run_id),
             "normalizations": _cells.normalizations(store, run_id),
             "trend": _cells.trend(store, run_id),
+            "simulation": simulation_figures(store, run_id),
         }
     )
+
+
+def headline_mode(run_mode: str) -> str | None:
+    """The mode the headline figures are about when a run holds several (the first one).
+
+    ``teacher-forced+open-loop`` gives ``teacher-forced``: the headline, the
+    gate and the worst steps are about it, and the per-cell tables show every
+    mode side by side. A one-mode run needs no filter (None).
+    """
+    return run_mode.split("+")[0] if "+" in run_mode else None
+
+
+_MODE_FILTER = "(?::VARCHAR IS NULL OR c.mode = ?)"
 
 
 def _query(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -85,14 +102,16 @@ def _run_info(store: Store, run_id: str) -> RunInfo:
     )
 
 
-def _totals(store: Store, run_id: str, by_depth: list[DepthRow], limit: float) -> Totals:
+def _totals(
+    store: Store, run_id: str, mode: str | None, by_depth: list[DepthRow], limit: float
+) -> Totals:
     row = _query(
         store,
         f"""SELECT {_RATES},
                    count(*) FILTER (WHERE c.infra_failure) AS infra_failures,
                    (SELECT count(*) FROM trajectories t WHERE t.run_id = ?) AS trajectories
-            FROM comparisons c WHERE c.run_id = ?""",
-        [run_id, run_id],
+            FROM comparisons c WHERE c.run_id = ? AND {_MODE_FILTER}""",
+        [run_id, run_id, mode, mode],
     )[0]
     return Totals(
         trajectories=row["trajectories"],
@@ -104,34 +123,36 @@ def _totals(store: Store, run_id: str, by_depth: list[DepthRow], limit: float) -
         mean_score=row["mean_score"],
         trust_horizon=trust_horizon(by_depth, limit),
         horizon_limit=limit,
+        mode=mode,
     )
 
 
-def _by_depth(store: Store, run_id: str) -> list[DepthRow]:
+def _by_depth(store: Store, run_id: str, mode: str | None) -> list[DepthRow]:
     rows = _query(
         store,
-        f"SELECT c.depth, {_RATES} FROM comparisons c WHERE c.run_id = ? GROUP BY c.depth ORDER BY c.depth",
-        [run_id],
+        f"""SELECT c.depth, {_RATES} FROM comparisons c
+            WHERE c.run_id = ? AND {_MODE_FILTER} GROUP BY c.depth ORDER BY c.depth""",
+        [run_id, mode, mode],
     )
     return [DepthRow(**row) for row in rows]
 
 
-def _by_action(store: Store, run_id: str) -> list[ActionRow]:
+def _by_action(store: Store, run_id: str, mode: str | None) -> list[ActionRow]:
     rows = _query(
         store,
         f"""SELECT s.action_name, {_RATES}
             FROM comparisons c JOIN steps s USING (run_id, trajectory_id, depth)
-            WHERE c.run_id = ? GROUP BY s.action_name
+            WHERE c.run_id = ? AND {_MODE_FILTER} GROUP BY s.action_name
             ORDER BY drift_rate DESC, steps DESC, s.action_name""",
-        [run_id],
+        [run_id, mode, mode],
     )
     return [ActionRow(**row) for row in rows]
 
 
-def _worst(store: Store, run_id: str, limit: int) -> list[WorstStep]:
+def _worst(store: Store, run_id: str, mode: str | None, limit: int) -> list[WorstStep]:
     rows = _query(
         store,
-        """SELECT c.trajectory_id, c.depth, s.action, s.action_name, c.score, c.drift, c.reasons,
+        f"""SELECT c.trajectory_id, c.depth, s.action, s.action_name, c.score, c.drift, c.reasons,
                   r.text AS real_text, m.text AS sim_text,
                   r.exit_code AS real_exit_code, m.exit_code AS sim_exit_code,
                   c.hallucinations, c.omissions, c.normalizations
@@ -141,10 +162,10 @@ def _worst(store: Store, run_id: str, limit: int) -> list[WorstStep]:
                 AND r.depth = c.depth AND r.side = 'real'
            JOIN observations m ON m.run_id = c.run_id AND m.trajectory_id = c.trajectory_id
                 AND m.depth = c.depth AND m.side = 'sim' AND m.mode = c.mode AND m.sample = c.sample
-           WHERE c.run_id = ? AND NOT c.infra_failure
+           WHERE c.run_id = ? AND NOT c.infra_failure AND {_MODE_FILTER}
            ORDER BY c.drift DESC, c.score ASC, c.trajectory_id, c.depth
            LIMIT ?""",
-        [run_id, limit],
+        [run_id, mode, mode, limit],
     )
     for row in rows:
         row["normalizations"] = json.loads(row["normalizations"])

@@ -42,6 +42,7 @@ def _environment(directory: Path) -> Environment:
     )
     env.filters.update(pct=view.percent, score=view.score, count=view.count, width=view.bar_width)
     env.filters.update(ci=view.interval)
+    env.filters.update(score_or_dash=view.score_or_dash, percent_or_dash=view.percent_or_dash)
     return env
 
 

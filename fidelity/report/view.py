@@ -128,6 +128,16 @@ def score(value: float) -> str:
     return f"{value:.3f}"
 
 
+def score_or_dash(value: float | None) -> str:
+    """:func:`score`, or a dash when there is no figure."""
+    return "–" if value is None else score(value)
+
+
+def percent_or_dash(value: float | None) -> str:
+    """:func:`percent`, or a dash when there is no figure."""
+    return "–" if value is None else percent(value)
+
+
 def count(value: int) -> str:
     """An integer with thousands separators."""
     return f"{value:,}"
@@ -371,12 +381,20 @@ def _run_facts(run: RunInfo) -> list[tuple[str, str]]:
         ("Domain", run.domain),
         ("Sandbox", run.sandbox),
         ("Mode", run.mode),
+        *([("Headline mode", headline)] if (headline := _headline(run.mode)) else []),
         ("Suite", run.suite),
         ("Code version", run.code_version),
         ("Started", format_datetime(run.started_at)),
         ("Finished", format_datetime(run.finished_at)),
         ("Duration", format_duration(run)),
     ]
+
+
+def _headline(mode: str) -> str | None:
+    if "+" not in mode:
+        return None
+    first = mode.split("+")[0]
+    return f"{first} (overview, depth and worst steps; cells show every mode)"
 
 
 def context(summary: RunSummary, verdict: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -468,4 +486,5 @@ def detail_context(summary: RunSummary) -> dict[str, Any]:
         "normalizations": summary.normalizations,
         "trend": summary.trend,
         "trend_svg": trend_chart(summary.trend),
+        "simulation": [s for s in summary.simulation if s.sampling or s.controllability],
     }
