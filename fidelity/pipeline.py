@@ -17,7 +17,8 @@ from fidelity.compare.consistency import EntitySource, check_consistency
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
 from fidelity.formats.jsonl import read_trajectories
 from fidelity.model import Domain, EnvSpec, Observation, Step, Trajectory
-from fidelity.sandboxes import backend_for, get_sandbox
+from fidelity.sandboxes import backend_for, default_options, get_sandbox
+from fidelity.sandboxes.base import Sandbox
 from fidelity.store import TimedObservation
 from fidelity.worldmodels.base import Mode, WorldModel
 
@@ -146,21 +147,33 @@ def replay(
 ) -> list[TimedObservation]:
     """Run every action of *trajectory* in a fresh real sandbox (always closed).
 
-    *backend* None picks the trajectory's domain's own backend.
+    *backend* None picks the trajectory's domain's own backend. Docker sandboxes
+    come from a shared pool (warm containers reset between trajectories).
     """
-    sandbox = get_sandbox(backend_for(trajectory.domain.value, backend), **options)
+    backend = backend_for(trajectory.domain.value, backend)
+    options = {**default_options(backend, trajectory.domain.value, ""), **options}
+    if backend == "docker":
+        from fidelity.sandboxes.pool import shared_pool
+
+        with shared_pool(options).lease(trajectory.env) as leased:
+            return _run_steps(leased, trajectory, step_timeout)
+    sandbox = get_sandbox(backend, **options)
     try:
         sandbox.reset(trajectory.env)
-        observations = []
-        for step in trajectory.steps:
-            started = time.perf_counter()
-            observation = sandbox.step(step.action, timeout=step_timeout)
-            observations.append(
-                TimedObservation(observation, (time.perf_counter() - started) * 1000)
-            )
-        return observations
+        return _run_steps(sandbox, trajectory, step_timeout)
     finally:
         sandbox.close()
+
+
+def _run_steps(
+    sandbox: Sandbox, trajectory: Trajectory, step_timeout: float
+) -> list[TimedObservation]:
+    observations = []
+    for step in trajectory.steps:
+        started = time.perf_counter()
+        observation = sandbox.step(step.action, timeout=step_timeout)
+        observations.append(TimedObservation(observation, (time.perf_counter() - started) * 1000))
+    return observations
 
 
 def replay_or_fail(

@@ -131,6 +131,8 @@ class DockerSandbox(Sandbox):
         self._cgroup: dict[str, Path] = {}
         self._upper: Path | None = None
         self._pid_baseline = 4
+        self._shell_pid: int | None = None
+        self._keepalive: int | None = None
         self._closed = threading.Event()
         self._lifecycle = threading.RLock()
 
@@ -145,7 +147,7 @@ class DockerSandbox(Sandbox):
         image = self._image()
         track(self)
         self._env = env
-        self._cwd = MOUNT
+        self._cwd = self._start_dir(env)
         archive = _archive(env)
         warm = _warm_pool(self._client, image, self._create_options(), self.config.warm)
         with self._lifecycle:
@@ -162,6 +164,34 @@ class DockerSandbox(Sandbox):
         for index, command in enumerate(env.setup):
             self._run_setup(index, command)
         return Observation(text="", exit_code=0, cwd=self._cwd)
+
+    def recycle(self, env: EnvSpec) -> Observation | None:
+        """Reset this running container to *env* without a new start, or None (then ``reset``).
+
+        A terminal container has no reset cheaper than a new container (the
+        agent may have changed anything it can write): it is closed and None
+        returned. :class:`~fidelity.sandboxes.swe.SweSandbox` resets its repos.
+        """
+        self.close()
+        return None
+
+    def _start_dir(self, env: EnvSpec) -> str:
+        """Where the shell starts (and the setup runs): the workdir copy."""
+        return MOUNT
+
+    def alive(self) -> bool:
+        """Whether the container is still running (a pool restarts a dead one)."""
+        import docker
+
+        with self._lifecycle:
+            container = self._container
+        if container is None or self._shell is None:
+            return False
+        try:
+            container.reload()
+        except docker.errors.DockerException:
+            return False
+        return bool(container.status == "running")
 
     def close(self) -> None:
         """Remove the container and everything in it. Idempotent, safe from another thread."""
@@ -231,6 +261,7 @@ class DockerSandbox(Sandbox):
         container.reload()
         self._locate_cgroup(container)
         self._pid_baseline = 4  # docker-init, sleep, the two bash processes of the shell
+        self._keepalive = self._keepalive_pid()
         self._start_shell()
         if self.config.terminal == "tmux":
             self._start_tmux()
@@ -265,13 +296,61 @@ class DockerSandbox(Sandbox):
             self._shell = _Shell(api, exec_id)
         nonce = secrets.token_hex(8)
         self._shell.send(
-            _wrap(f"cd {_quote(self._cwd)} 2>/dev/null || cd {MOUNT}", nonce), _marker(nonce)
+            _wrap(f"cd {_quote(self._cwd)} 2>/dev/null || cd {MOUNT}; printf %s $$", nonce),
+            _marker(nonce),
         )
         output = _Output(self.config.max_output_bytes)
         status, why = self._collect(output, 30.0, nonce, watch=False)
         if status is None:
             raise SandboxError(f"the container shell did not start ({why}): {output.text()[-300:]}")
         self._cwd = status[1]
+        # The exec'd shell leads its own session and process group: the step timeout kills it.
+        self._shell_pid = int(output.text()) if output.text().isdigit() else None
+
+    def _exec(self, argv: list[str], timeout: float = 30.0) -> tuple[int | None, str]:
+        """Run *argv* as the agent in a separate ``docker exec``; (exit code, output)."""
+        with self._lifecycle:
+            if self._closed.is_set() or self._container is None:
+                raise SandboxError("the sandbox was closed while a step ran")
+            container = self._container
+        api = self._client.api
+        exec_id = api.exec_create(container.id, argv, user=f"{AGENT_UID}:{AGENT_UID}")["Id"]
+        output = api.exec_start(exec_id, stream=False)
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        return code, output.decode(errors="replace")
+
+    def _keepalive_pid(self) -> int | None:
+        """The container command (``sleep infinity``, pid 1's first child), spared by kills."""
+        code, text = self._exec(["cat", "/proc/1/task/1/children"])
+        first = text.split()[:1]
+        return int(first[0]) if code == 0 and first and first[0].isdigit() else None
+
+    def _interrupt(self) -> None:
+        """After a step timeout: kill the shell's process group and every process the step left.
+
+        The container (its files and ``/tmp``) lives on and a fresh shell starts
+        at the last known cwd; where that is not possible (tmux mode, an
+        unknown shell pid) the container is restarted instead.
+        """
+        if self.config.terminal == "tmux" or self._shell_pid is None or self._keepalive is None:
+            self._restart()
+            return
+        spared = f" 1 {self._keepalive} $$ "
+        script = (
+            f"kill -KILL -- -{self._shell_pid} 2>/dev/null; "
+            f'for d in /proc/[0-9]*; do p=${{d#/proc/}}; case "{spared}" in *" $p "*) ;; '
+            "*) kill -KILL $p 2>/dev/null;; esac; done; true"
+        )
+        with self._lifecycle:
+            shell, self._shell = self._shell, None
+        if shell is not None:
+            shell.close()
+        code, _ = self._exec(["/bin/bash", "--noprofile", "--norc", "-c", script])
+        if code != 0:
+            self._restart()
+            return
+        self._partial_keys = False
+        self._start_shell()
 
     def _restart(self) -> None:
         """Kill every process of the container and start it again (files survive)."""
@@ -351,7 +430,10 @@ class DockerSandbox(Sandbox):
                 truncated=output.truncated,
                 error="SandboxLimit: memory limit reached (OOM kill)" if oom else None,
             )
-        self._restart()
+        if why == "timeout":
+            self._interrupt()
+        else:
+            self._restart()
         return Observation(
             text=output.text(),
             exit_code=None,

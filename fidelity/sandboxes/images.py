@@ -7,6 +7,12 @@ Each domain layers its own ``sandboxes/<domain>/image/Dockerfile`` on it
 (``FROM`` the build argument ``BASE``). Tags carry the hash of the recipe
 files, so an image is rebuilt only when its recipe changes; the debootstrap
 tarball is cached under ``~/.cache/fidelity`` by the same hash.
+
+A recipe may list source distributions in ``sdists.toml`` (name, version,
+sha256): they are downloaded from PyPI on the host with ``pip download``
+(containers have no network), checked against their hash, cached under
+``~/.cache/fidelity/sdists`` and put under ``sdists/`` in a copy of the
+recipe that serves as the build context.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -129,23 +137,73 @@ def ensure_image(domain: str, log: Log | None = None) -> str:
             return tag
         base = ensure_base(client, log)
         log(f"building {tag} from {domain_recipe(domain)}")
-        import docker
-
-        try:
-            client.images.build(
-                path=str(domain_recipe(domain)),
-                tag=tag,
-                buildargs={"BASE": base},
-                network_mode="none",
-                rm=True,
-                forcerm=True,
-                labels={"fidelity.recipe": domain},
-            )
-        except docker.errors.BuildError as exc:
-            lines = [str(item.get("stream") or item.get("error") or "") for item in exc.build_log]
-            tail = "".join(lines).strip().splitlines()[-5:]
-            raise SandboxError(f"building {tag} failed: {exc}: {' | '.join(tail)}") from exc
+        with _build_context(domain_recipe(domain), log) as context:
+            _docker_build(client, context, tag, base, domain)
     return tag
+
+
+def _docker_build(client: Any, context: Path, tag: str, base: str, domain: str) -> None:
+    import docker
+
+    try:
+        client.images.build(
+            path=str(context),
+            tag=tag,
+            buildargs={"BASE": base},
+            network_mode="none",
+            rm=True,
+            forcerm=True,
+            labels={"fidelity.recipe": domain},
+        )
+    except docker.errors.BuildError as exc:
+        lines = [str(item.get("stream") or item.get("error") or "") for item in exc.build_log]
+        tail = "".join(lines).strip().splitlines()[-5:]
+        raise SandboxError(f"building {tag} failed: {exc}: {' | '.join(tail)}") from exc
+
+
+@contextlib.contextmanager
+def _build_context(recipe: Path, log: Log) -> Iterator[Path]:
+    """*recipe* itself, or a temporary copy with the sdists of its ``sdists.toml`` added."""
+    pins = recipe / "sdists.toml"
+    if not pins.is_file():
+        yield recipe
+        return
+    with tempfile.TemporaryDirectory(prefix="fidelity-context-") as tmp:
+        context = Path(tmp) / "context"
+        shutil.copytree(recipe, context)
+        (context / "sdists").mkdir(exist_ok=True)
+        for entry in tomllib.loads(pins.read_text()).get("sdist", []):
+            archive = fetch_sdist(entry["name"], entry["version"], entry["sha256"], log)
+            shutil.copy(archive, context / "sdists" / archive.name)
+        yield context
+
+
+def fetch_sdist(name: str, version: str, sha256: str, log: Log) -> Path:
+    """``<name>-<version>.tar.gz`` from PyPI (cached), checked against *sha256*."""
+    folder = cache_dir() / "sdists"
+    target = folder / f"{name}-{version}.tar.gz"
+    if not target.is_file() or _sha256(target) != sha256:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="fidelity-sdist-", dir=folder) as tmp:
+            log(f"pip download {name}=={version} (source distribution)")
+            _run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                 "--no-binary", ":all:", "--dest", tmp, f"{name}=={version}"]
+            )  # fmt: skip
+            found = sorted(Path(tmp).glob("*.tar.gz"))
+            if len(found) != 1:
+                raise SandboxError(f"pip download {name}=={version} gave {found or 'no sdist'}")
+            got = _sha256(found[0])
+            if got != sha256:
+                raise SandboxError(
+                    f"{found[0].name}: sha256 {got} does not match the pinned {sha256}"
+                )
+            found[0].replace(target)
+    return target
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def ensure_base(client: Any, log: Log) -> str:
