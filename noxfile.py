@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, typecheck, demo, benchmarks."""
+"""nox sessions: tests, lint, typecheck, demo, web, benchmarks."""
 
 from __future__ import annotations
 
@@ -53,6 +53,13 @@ def demo(session: nox.Session) -> None:
         "report.html",
         *session.posargs,
     )
+
+
+@nox.session
+def web(session: nox.Session) -> None:
+    """Audit the bundled web suite in real Chromium (scripts/bootstrap.sh web installs it)."""
+    session.install("-e", ".[web]")
+    session.run("fidelity", "audit", "--domain", "web", "--db", "fidelity.duckdb", *session.posargs)
 
 
 @nox.session

@@ -58,7 +58,8 @@ SandboxOption = Annotated[
     str | None,
     typer.Option(
         "--sandbox",
-        help="Real backend: local (bubblewrap), docker. Default: the domain's own.",
+        help="Real backend: local (bubblewrap), docker, browser (Chromium, web). "
+        "Default: the domain's own.",
     ),
 ]
 CompareConfigOption = Annotated[

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what fidelity needs on Debian (system packages, a virtualenv with nox),
-# then run the given nox sessions: `scripts/bootstrap.sh demo` or `scripts/bootstrap.sh tests`.
+# then run the given nox sessions: `scripts/bootstrap.sh demo`, `… web` or `… tests`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,8 +9,10 @@ command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v git >/dev/null || missing+=(git)
 command -v prlimit >/dev/null || missing+=(util-linux)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
-case " $* " in  # the report is tested in real headless Chromium (Debian's; Playwright drives it)
-    *" tests "*) command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core) ;;
+case " $* " in  # real headless Chromium (Debian's; Playwright drives it): report tests, web domain
+    *" tests "*|*" web "*)
+        command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
+        [ -f /usr/share/doc/valgrind/html/index.html ] || missing+=(valgrind) ;;  # the docs web site
 esac
 case " $* " in  # Docker sandbox tests: an engine, and debootstrap for the registry-free base image
     *" tests "*)

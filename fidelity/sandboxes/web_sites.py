@@ -1,0 +1,283 @@
+"""The web suite's sites: described in ``sandboxes/web/<project>/site.json``, served on loopback.
+
+Three kinds: ``datasette`` (Datasette over a SQLite database generated here,
+seeded), ``static`` (a copy of documentation HTML from a Debian package, served
+by :mod:`http.server`) and ``library`` (:mod:`fidelity.sandboxes.web_app`).
+Each site runs in its own process (``python -m fidelity.sandboxes.web_sites``)
+in its own session, bound to an ephemeral port on 127.0.0.1; it prints
+``PORT <n>`` when ready and exits when its owner process dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import selectors
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any, Literal
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
+from fidelity.resources import data_dir
+
+OWNER_FLAG = "--fidelity-owner"
+START_TIMEOUT = 30.0
+
+
+class SiteSpec(BaseModel):
+    """``site.json``: what kind of site a web project is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["datasette", "static", "library"]
+    description: str = ""
+    start: str = "/"
+    source: str | None = None
+    package: str | None = None
+
+
+def project_dir(project: str) -> Path:
+    """The folder of web project *project*; UsageError for an unknown name."""
+    root = data_dir("sandboxes") / "web"
+    folder = root / project
+    if "/" in project or project.startswith(".") or not (folder / "site.json").is_file():
+        known = sorted(p.parent.name for p in root.glob("*/site.json"))
+        raise UsageError(f"unknown web project {project!r}; known: {', '.join(known)}")
+    return folder
+
+
+def load_site(folder: Path) -> SiteSpec:
+    """The :class:`SiteSpec` of a project folder."""
+    try:
+        return SiteSpec.model_validate_json((folder / "site.json").read_text())
+    except (OSError, ValidationError) as exc:
+        raise UsageError(f"{folder / 'site.json'}: {exc}") from None
+
+
+class SiteProcess:
+    """A running site server (its own process session); :meth:`stop` is idempotent."""
+
+    def __init__(self, folder: Path, root: Path) -> None:
+        spec = load_site(folder)
+        if spec.kind == "static" and not Path(spec.source or "").is_dir():
+            raise SandboxUnavailableError(
+                f"{spec.source} is missing: install the Debian package {spec.package} "
+                f"(`apt-get install {spec.package}`, or scripts/bootstrap.sh)"
+            )
+        argv = [sys.executable, "-m", "fidelity.sandboxes.web_sites", str(folder), str(root)]
+        self.proc = subprocess.Popen(
+            [*argv, f"{OWNER_FLAG}={os.getpid()}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            self.port = self._read_port()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _read_port(self) -> int:
+        assert self.proc.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            if selector.select(START_TIMEOUT):
+                line = self.proc.stdout.readline().decode()
+                if line.startswith("PORT "):
+                    return int(line.split()[1])
+        self.stop()
+        assert self.proc.stderr is not None
+        tail = self.proc.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+        raise SandboxError(f"the web site did not start: {' | '.join(tail) or 'no output'}")
+
+    def stop(self) -> None:
+        """Kill the server's whole session (SIGTERM, then SIGKILL). Idempotent."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+# -- inside the server process ------------------------------------------------
+
+
+def build_database(path: Path, seed: int = 11) -> None:
+    """The Datasette site's SQLite database: same seed, same bytes."""
+    rng = random.Random(seed)
+    departments = ("Engineering", "Finance", "Marketing", "Sales", "Support")
+    titles = ("Analyst", "Engineer", "Manager", "Specialist", "Director")
+    first = ("Ada", "Ben", "Chloe", "Dev", "Elif", "Femi", "Greta", "Hugo", "Ines", "Jonas")
+    last = ("Ahmed", "Brown", "Costa", "Dubois", "Evans", "Fischer", "Garcia", "Hansen")
+    cities = ("Lisbon", "Oslo", "Nairobi", "Osaka", "Lima", "Montreal", "Perth", "Tallinn")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "create table cities (id integer primary key, name text, country text, population integer)"
+        )
+        db.execute(
+            "create table employees (id integer primary key, name text, title text, "
+            "department text, city_id integer references cities(id), salary integer, hired text)"
+        )
+        db.execute(
+            "create table orders (id integer primary key, customer text, product text, "
+            "amount real, status text, ordered text)"
+        )
+        countries = (
+            "Portugal",
+            "Norway",
+            "Kenya",
+            "Japan",
+            "Peru",
+            "Canada",
+            "Australia",
+            "Estonia",
+        )
+        for number, (city, country) in enumerate(zip(cities, countries, strict=True), 1):
+            db.execute(
+                "insert into cities values (?, ?, ?, ?)",
+                (number, city, country, rng.randrange(200_000, 9_000_000)),
+            )
+        for number in range(1, 61):
+            db.execute(
+                "insert into employees values (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    number,
+                    f"{rng.choice(first)} {rng.choice(last)}",
+                    rng.choice(titles),
+                    rng.choice(departments),
+                    rng.randrange(1, len(cities) + 1),
+                    rng.randrange(40, 160) * 1000,
+                    f"20{rng.randrange(10, 24)}-{rng.randrange(1, 13):02d}-01",
+                ),
+            )
+        customers = ("Acme Corp", "Globex", "Initech", "Umbrella", "Hooli", "Vandelay", "Stark Ltd")
+        products = ("Widget", "Gadget", "Sprocket", "Gizmo", "Doohickey")
+        for number in range(1, 121):
+            db.execute(
+                "insert into orders values (?, ?, ?, ?, ?, ?)",
+                (
+                    number,
+                    rng.choice(customers),
+                    rng.choice(products),
+                    rng.randrange(500, 50_000) / 100,
+                    rng.choice(("shipped", "pending", "cancelled")),
+                    f"2024-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}",
+                ),
+            )
+
+
+class _QuietStatic(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log (the sandbox owner reads only the PORT line)."""
+
+
+class _QuietWSGI(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log."""
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _listen() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    return sock
+
+
+def _ready(port: int) -> None:
+    sys.stdout.write(f"PORT {port}\n")
+    sys.stdout.flush()
+
+
+def _serve(folder: Path, root: Path) -> None:
+    spec = load_site(folder)
+    if spec.kind == "static":
+        site = root / "site"
+        shutil.copytree(spec.source or "", site, symlinks=False, ignore_dangling_symlinks=True)
+        static = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietStatic, directory=str(site)))
+        _ready(static.server_address[1])
+        static.serve_forever()
+    elif spec.kind == "library":
+        from fidelity.sandboxes.web_app import LibraryApp
+
+        wsgi = make_server(
+            "127.0.0.1",
+            0,
+            LibraryApp(),
+            server_class=_ThreadingWSGIServer,
+            handler_class=_QuietWSGI,
+        )
+        _ready(wsgi.server_port)
+        wsgi.serve_forever()
+    else:
+        _serve_datasette(folder, root)
+
+
+def _serve_datasette(folder: Path, root: Path) -> None:
+    import uvicorn
+    from datasette.app import Datasette
+
+    database = root / "data.db"
+    build_database(database)
+    datasette = Datasette(
+        files=[str(database)],
+        metadata=json.loads((folder / "metadata.json").read_text()),
+        template_dir=str(folder / "templates"),
+        settings={"default_page_size": 20, "num_sql_threads": 2, "facet_time_limit_ms": 1000},
+    )
+    sock = _listen()
+    server = uvicorn.Server(uvicorn.Config(datasette.app(), log_level="warning", lifespan="off"))
+    _ready(sock.getsockname()[1])
+    server.run(sockets=[sock])
+
+
+def _watch_owner(owner: int) -> None:
+    """Exit when the owner process is gone (SIGKILL of the audit skips every finally)."""
+    while os.getppid() == owner:
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve one site: ``python -m fidelity.sandboxes.web_sites FOLDER ROOT --fidelity-owner=PID``."""
+    parser = argparse.ArgumentParser(prog="fidelity.sandboxes.web_sites")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("root", type=Path)
+    parser.add_argument(OWNER_FLAG, dest="owner", type=int, required=True)
+    args = parser.parse_args(argv)
+    threading.Thread(target=_watch_owner, args=(args.owner,), daemon=True).start()
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    _serve(args.folder, args.root)
+
+
+if __name__ == "__main__":
+    main()
