@@ -12,6 +12,13 @@ The whole observation is first compared by the calibrated terminal comparator
   lines (``test_x (pkg.TestA.test_x) ... ok``); ``test_agreement`` is the share
   of tests in either map with the same outcome.
 
+When both observations carry structured repository state
+(``Observation.state`` with ``changed_files``, ``diff`` and ``tests``, as the
+Docker SWE sandbox records after every step), that state is compared instead
+of what the text shows: the changed file sets, the hunks of the cumulative
+diff and the pass/fail maps. A step whose text is identical can still drift
+when the repository behind it differs (an edit the model forgot).
+
 Fixed rules on top of the terminal verdict (no calibration data for them): a
 flipped test outcome, a test only one side ran, a file changed on one side
 only, or ``hunk_sim`` below :data:`HUNK_THRESHOLD` flag drift. Entities add
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any, NamedTuple
 
 from rapidfuzz.distance import Indel
 
@@ -78,6 +86,39 @@ def hunk_lines(text: str) -> list[str]:
     return [m[0] for m in _HUNK_LINE_RE.finditer(text)]
 
 
+class RepoView(NamedTuple):
+    """What one observation says about the repository: changed files, diff hunks, tests."""
+
+    files: set[str]
+    hunks: list[str]
+    tests: dict[str, str]
+
+
+def text_view(observation: Observation) -> RepoView:
+    """The repository as the observation's text shows it (a printed diff, a test run)."""
+    text = observation.text
+    return RepoView(diff_files(text), hunk_lines(text), pass_fail_map(text))
+
+
+def state_view(state: dict[str, Any]) -> RepoView:
+    """The repository as structured state records it; malformed fields count as empty."""
+    files = state.get("changed_files")
+    diff = state.get("diff")
+    tests = state.get("tests")
+    return RepoView(
+        {f for f in files if isinstance(f, str)} if isinstance(files, list) else set(),
+        hunk_lines(diff) if isinstance(diff, str) else [],
+        {str(k): str(v) for k, v in tests.items()} if isinstance(tests, dict) else {},
+    )
+
+
+def repo_views(real: Observation, sim: Observation) -> tuple[RepoView, RepoView]:
+    """Both sides' views: from state when both have it, else from text."""
+    if real.state is not None and sim.state is not None:
+        return state_view(real.state), state_view(sim.state)
+    return text_view(real), text_view(sim)
+
+
 class SweComparator:
     """Compares swe tool output (the ``swe`` domain): terminal verdict plus diff and tests."""
 
@@ -94,8 +135,8 @@ class SweComparator:
 
     def entities(self, observation: Observation, context: CompareContext) -> set[str]:
         """Test ids and changed files of one observation (for cross-turn consistency)."""
-        found = {"test:" + t for t in pass_fail_map(observation.text)}
-        return found | {"file:" + f for f in diff_files(observation.text)}
+        view = state_view(observation.state) if observation.state else text_view(observation)
+        return {"test:" + t for t in view.tests} | {"file:" + f for f in view.files}
 
     def compare(
         self, real: Observation, sim: Observation, context: CompareContext
@@ -105,8 +146,9 @@ class SweComparator:
         if base.infra_failure:
             return base
         metrics, reasons, sim_only, real_only = dict(base.metrics), [], set(), set()
+        real_view, sim_view = repo_views(real, sim)
         for part in (_compare_diffs, _compare_tests):
-            found = part(real.text, sim.text, metrics)
+            found = part(real_view, sim_view, metrics)
             reasons += found[0]
             sim_only |= found[1]
             real_only |= found[2]
@@ -129,19 +171,19 @@ Found = tuple[list[str], set[str], set[str]]
 """``(mismatch reasons, sim-only entities, real-only entities)``."""
 
 
-def _compare_diffs(real: str, sim: str, metrics: dict[str, float]) -> Found:
-    real_files, sim_files = diff_files(real), diff_files(sim)
+def _compare_diffs(real: RepoView, sim: RepoView, metrics: dict[str, float]) -> Found:
+    real_files, sim_files = real.files, sim.files
     if not real_files and not sim_files:
         return [], set(), set()
     _, _, metrics["diff_file_f1"] = overlap(Counter(real_files), Counter(sim_files))
-    hunks = metrics["hunk_sim"] = Indel.normalized_similarity(hunk_lines(real), hunk_lines(sim))
+    hunks = metrics["hunk_sim"] = Indel.normalized_similarity(real.hunks, sim.hunks)
     reasons = [f"diff hunks {hunks:.2f} < {HUNK_THRESHOLD:.2f}"] if hunks < HUNK_THRESHOLD else []
     added = {"file:" + f for f in sim_files - real_files}
     return reasons, added, {"file:" + f for f in real_files - sim_files}
 
 
-def _compare_tests(real: str, sim: str, metrics: dict[str, float]) -> Found:
-    real_map, sim_map = pass_fail_map(real), pass_fail_map(sim)
+def _compare_tests(real: RepoView, sim: RepoView, metrics: dict[str, float]) -> Found:
+    real_map, sim_map = real.tests, sim.tests
     if not real_map and not sim_map:
         return [], set(), set()
     names = sorted(real_map.keys() | sim_map.keys())

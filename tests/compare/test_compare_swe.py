@@ -97,3 +97,70 @@ def test_parsers() -> None:
         "tests/a.py::test_x": "FAILED"
     }
     assert diff_files(DIFF) == {"shop/cart.py"}
+
+
+def state(diff: str = "", tests: dict[str, str] | None = None) -> dict[str, object]:
+    from fidelity.compare.swe import diff_files as files
+
+    return {"changed_files": sorted(files(diff)), "diff": diff, "tests": tests or {}}
+
+
+def compare_states(real: dict[str, object], sim: dict[str, object], text: str = "ok\n"):  # type: ignore[no-untyped-def]
+    context = CompareContext(action=CommandAction(command="true"))
+    return SweComparator().compare(
+        Observation(text=text, exit_code=0, state=real),
+        Observation(text=text, exit_code=0, state=sim),
+        context,
+    )
+
+
+def test_same_text_but_forgotten_edit_drifts_on_state() -> None:
+    result = compare_states(state(DIFF), state(""))
+    assert result.drift
+    assert "file:shop/cart.py" in result.omissions
+    assert result.metrics["diff_file_f1"] == 0.0
+    assert compare_states(state(DIFF), state(DIFF)).drift is False
+
+
+def test_state_hunks_and_invented_file() -> None:
+    other = DIFF.replace("i.price * i.quantity", "i.price + i.quantity + 1")
+    result = compare_states(state(DIFF), state(other))
+    assert result.drift and result.metrics["hunk_sim"] < 0.8
+    invented = DIFF + DIFF.replace("shop/cart.py", "shop/extra.py")
+    result = compare_states(state(DIFF), state(invented))
+    assert "file:shop/extra.py" in result.hallucinations
+
+
+def test_state_test_maps_are_compared() -> None:
+    passed = {"tests.test_cart.T.test_total": "PASSED"}
+    flipped = {"tests.test_cart.T.test_total": "FAILED"}
+    result = compare_states(state(tests=passed), state(tests=flipped))
+    assert "test tests.test_cart.T.test_total: PASSED != FAILED" in result.reasons
+    assert compare_states(state(tests=passed), state(tests=passed)).drift is False
+
+
+def test_state_wins_over_text_only_when_both_sides_have_it() -> None:
+    # Text shows a flipped test; state (both sides) agrees: the state is what is compared.
+    real_text = PASSING
+    sim_text = PYTEST.format(
+        d="FAILED                                 ", summary="1 failed, 3 passed", secs="0.12"
+    )
+    same = state(tests={"a.T.test_x": "PASSED"})
+    context = CompareContext(action=CommandAction(command="python -m pytest -v"))
+    both = SweComparator().compare(
+        Observation(text=real_text, exit_code=0, state=same),
+        Observation(text=sim_text, exit_code=0, state=same),
+        context,
+    )
+    assert not any(r.startswith("test ") for r in both.reasons)
+    one_side = SweComparator().compare(
+        Observation(text=real_text, exit_code=0, state=same),
+        Observation(text=sim_text, exit_code=0),
+        context,
+    )
+    assert "test tests/test_cart.py::test_discount: PASSED != FAILED" in one_side.reasons
+
+
+def test_malformed_sim_state_counts_as_empty() -> None:
+    result = compare_states(state(DIFF), {"changed_files": "nope", "diff": 3, "tests": []})
+    assert result.drift and "file:shop/cart.py" in result.omissions
