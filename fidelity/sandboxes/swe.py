@@ -119,7 +119,10 @@ class SweSandbox(DockerSandbox):
             raise SandboxError(f"env.project {project!r}: no repository {repo} in the image")
         commit = self._internal(
             f"git add -A && {{ git diff --cached --quiet || "
-            f"{_BASELINE_ENV} git commit -q -m 'fidelity: setup'; }} && git rev-parse HEAD"
+            f"{_BASELINE_ENV} git commit -q -m 'fidelity: setup'; }} && git rev-parse HEAD && "
+            # An index older than every file makes git compare contents, not stats, so the
+            # agent's own git status/diff see edits that kept a file's size and mtime.
+            "touch -d @0 .git/index"
         )
         if commit.exit_code != 0:
             raise SandboxError(f"committing the setup of {project} failed: {commit.text[-300:]}")
@@ -173,11 +176,12 @@ class SweSandbox(DockerSandbox):
     def _diff(self) -> str:
         """``git diff`` of the work tree (untracked files included) against the baseline.
 
-        A temporary index keeps the agent's own index untouched.
+        A fresh temporary index keeps the agent's own index untouched, and has
+        no cached file stats: every file is hashed, so an edit that kept a
+        file's size and timestamp (fast edits, coarse clocks) is still seen.
         """
         diffed = self._internal(
-            "i=$(mktemp) && { cp .git/index \"$i\" 2>/dev/null; "
-            'GIT_INDEX_FILE="$i" git add -A && '
+            'i=$(mktemp -u) && { GIT_INDEX_FILE="$i" git add -A && '
             f'GIT_INDEX_FILE="$i" git diff --cached --no-color --no-renames {self._baseline}; '
             'r=$?; rm -f "$i"; exit $r; }'
         )
