@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from fidelity.cli import app
 from fidelity.model import CommandAction, EnvSpec, Observation, ToolAction
 from fidelity.resources import data_dir
+from fidelity.sandboxes.docker import DockerSandbox
 from fidelity.sandboxes.images import ensure_image
 from fidelity.sandboxes.pool import SandboxPool
 from fidelity.sandboxes.swe import SweSandbox
@@ -49,11 +50,11 @@ def box(pool: SandboxPool) -> Iterator[SweSandbox]:
         yield leased
 
 
-def edit(box: SweSandbox, **args: Any) -> Observation:
+def edit(box: DockerSandbox, **args: Any) -> Observation:
     return box.step(ToolAction(tool="str_replace_editor", args=args))
 
 
-def sh(box: SweSandbox, command: str, timeout: float = 20) -> Observation:
+def sh(box: DockerSandbox, command: str, timeout: float = 20) -> Observation:
     return box.step(CommandAction(command=command), timeout=timeout)
 
 
