@@ -7,7 +7,11 @@ order); every other one also carries a meaningful change (a file added, a
 number changed, the exit code flipped, an invented traceback). Then it times
 ``TerminalComparator.compare`` (normalization, score and entities) over all
 pairs and ``difflib.SequenceMatcher(None, real, sim).ratio()`` over the same
-texts, single process, and prints steps/s for both and their ratio.
+texts, single process, in CPU time (``time.process_time``: the
+throughput of one core, steady on a shared machine), and prints steps/s for both and their ratio (plus the
+comparator without its clean-line memo, which every timed run starts empty).
+Volatile values come from :class:`fidelity.compare.samples.Run`, shared with
+the comparator tests.
 
     python benchmarks/compare_throughput.py [--pairs N] [--seed S] [--repeat R] [--profile]
 """
@@ -26,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fidelity.compare import CompareContext, TerminalComparator
+from fidelity.compare.normalize import Normalizer
+from fidelity.compare.samples import Run
 from fidelity.model import CommandAction, Observation, Step
 
-MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 WORDS = [
     "parser",
     "config",
@@ -67,37 +71,6 @@ class Pair:
     altered: bool
 
 
-class Volatile:
-    """Random volatile values: a new instance is a new run of the same command."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-
-    def hex(self, n: int) -> str:
-        return "".join(self.rng.choice("0123456789abcdef") for _ in range(n))
-
-    def clock(self) -> str:
-        r = self.rng
-        return f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}"
-
-    def ls_date(self) -> str:
-        r = self.rng
-        return f"{r.choice(MONTHS)} {r.randint(1, 28):2d} {self.clock()[:5]}"
-
-    def git_date(self) -> str:
-        r = self.rng
-        return f"{r.choice(DAYS)} {r.choice(MONTHS)} {r.randint(1, 28)} {self.clock()} 2026 +0000"
-
-    def iso(self) -> str:
-        return f"2026-{self.rng.randint(1, 12):02d}-{self.rng.randint(1, 28):02d} {self.clock()}"
-
-    def duration(self) -> str:
-        return f"{self.rng.random() * 3:.2f}s"
-
-    def pid(self) -> int:
-        return self.rng.randint(100, 65000)
-
-
 class Project:
     """The stable facts of one sandbox: file names, sizes, tests, commits."""
 
@@ -111,7 +84,7 @@ class Project:
             f"{rng.choice(WORDS).title()} the {rng.choice(WORDS)} flow" for _ in range(13)
         ]
 
-    def ls_la(self, v: Volatile, files: list[str]) -> str:
+    def ls_la(self, v: Run, files: list[str]) -> str:
         lines = [f"total {len(files) * 4}"]
         lines += [
             f"drwxr-xr-x  5 root root  4096 {v.ls_date()} .",
@@ -122,7 +95,7 @@ class Project:
         ]
         return "\n".join(lines) + "\n"
 
-    def git_log(self, v: Volatile) -> str:
+    def git_log(self, v: Run) -> str:
         out = []
         for msg in self.messages:
             out += [
@@ -135,7 +108,7 @@ class Project:
             ]
         return "\n".join(out)
 
-    def pytest(self, v: Volatile) -> str:
+    def pytest(self, v: Run) -> str:
         out = [
             "============================= test session starts ==============================",
             "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0",
@@ -150,18 +123,18 @@ class Project:
         ]
         return "\n".join(out) + "\n"
 
-    def unittest(self, v: Volatile) -> str:
+    def unittest(self, v: Run) -> str:
         out = [f"{t} (tests.test_app.AppTest.{t}) ... ok" for t in self.tests[:32]]
         out += ["", "-" * 70, f"Ran 32 tests in {v.rng.random():.3f}s", "", "OK"]
         return "\n".join(out) + "\n"
 
-    def find(self, v: Volatile) -> str:
+    def find(self, v: Run) -> str:
         paths = [f"./src/{f}" for f in self.files] + [f"./tests/{t}.py" for t in self.tests]
         paths += [f"./build/{f}.o" for f in self.files[:7]]
         v.rng.shuffle(paths)
         return "\n".join(paths) + "\n"
 
-    def log(self, v: Volatile) -> str:
+    def log(self, v: Run) -> str:
         out = []
         for i in range(24):
             out.append(
@@ -171,7 +144,7 @@ class Project:
         return "\n".join(out) + "\n"
 
 
-Render = Callable[[Project, Volatile], tuple[str, str]]
+Render = Callable[[Project, Run], tuple[str, str]]
 SCENARIOS: list[Render] = [
     lambda p, v: ("ls -la", p.ls_la(v, p.files)),
     lambda p, v: ("git log", p.git_log(v)),
@@ -212,8 +185,8 @@ def build_pairs(n: int, seed: int) -> list[Pair]:
     for i in range(n):
         project = Project(random.Random(rng.random()))
         scenario = SCENARIOS[i % len(SCENARIOS)]
-        command, real_text = scenario(project, Volatile(random.Random(rng.random())))
-        _, sim_text = scenario(project, Volatile(random.Random(rng.random())))
+        command, real_text = scenario(project, Run(rng.random()))
+        _, sim_text = scenario(project, Run(rng.random()))
         exit_code = sim_exit = 0
         altered = (i // len(SCENARIOS)) % 2 == 1
         if altered:
@@ -236,23 +209,26 @@ def build_pairs(n: int, seed: int) -> list[Pair]:
     return pairs
 
 
-def time_fidelity(pairs: list[Pair]) -> tuple[float, int]:
-    """Seconds for TerminalComparator.compare over *pairs* (normalization cache cleared),
-    and how many pairs got the right verdict (drift exactly on the altered ones)."""
+def time_fidelity(pairs: list[Pair], line_memo: bool = True) -> tuple[float, int]:
+    """Seconds for TerminalComparator.compare over *pairs* (normalization caches and the
+    clean-line memo cleared first), and how many pairs got the right verdict (drift exactly
+    on the altered ones). ``line_memo=False`` normalizes every line of every text."""
     comparator = TerminalComparator()
+    if not line_memo:
+        comparator.normalizer = Normalizer(line_memo=False)
     comparator.normalizer.cache_clear()
-    started = time.perf_counter()
+    started = time.process_time()
     results = [comparator.compare(p.real, p.sim, p.context) for p in pairs]
-    seconds = time.perf_counter() - started
+    seconds = time.process_time() - started
     return seconds, sum(r.drift == p.altered for r, p in zip(results, pairs, strict=True))
 
 
 def time_difflib(pairs: list[Pair]) -> float:
     """Seconds for difflib.SequenceMatcher(None, real, sim).ratio() over *pairs*."""
-    started = time.perf_counter()
+    started = time.process_time()
     for p in pairs:
         difflib.SequenceMatcher(None, p.real.text, p.sim.text).ratio()
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 def main() -> None:
@@ -271,11 +247,13 @@ def main() -> None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
     runs = [time_fidelity(pairs) for _ in range(args.repeat)]
     seconds, right = statistics.median(s for s, _ in runs), runs[0][1]
+    no_memo = statistics.median(time_fidelity(pairs, False)[0] for _ in range(args.repeat))
     base = statistics.median(time_difflib(pairs) for _ in range(args.repeat))
     ours, theirs = len(pairs) / seconds, len(pairs) / base
     print(
         f"fidelity TerminalComparator: {ours:10.0f} steps/s  (right verdict: {right}/{len(pairs)})"
     )
+    print(f"  without the clean-line memo: {len(pairs) / no_memo:8.0f} steps/s")
     print(f"difflib SequenceMatcher    : {theirs:10.0f} steps/s")
     print(f"ratio (fidelity / difflib) : {ours / theirs:10.2f}")
 

@@ -21,6 +21,14 @@ right after the lead means "the character before this one is not a word
 character". Consecutive rules with the same lead are fused into
 one regex (one pass over the text, a callback counts which rule matched), and
 rules whose anchor text is absent are skipped by a substring test (``guard``).
+
+Most rules are line-local (:data:`LINE_LOCAL`: a match never spans or inspects
+a line break beyond its own line), so the trailing run of such passes skips
+lines already seen to come out of them unchanged ("clean lines": a line with a
+substitution always changes, since no replacement equals what it replaces).
+Real and simulated outputs of one step share most of their lines, as do
+successive steps, so about half the text is never scanned twice; the result
+and the counts are exactly those of the whole-text passes.
 """
 
 from __future__ import annotations
@@ -254,6 +262,29 @@ DEFAULT_RULES: tuple[Rule, ...] = _ruleset(
 RULES: Mapping[str, Rule] = {rule.name: rule for rule in DEFAULT_RULES}
 """Every built-in rule by name, for composing other domains' rule sets."""
 
+LINE_LOCAL = frozenset(
+    {
+        "carriage_return",
+        "temp_path",
+        "hostname",
+        "port",
+        "pid",
+        "bracket_pid",
+        "hex_address",
+        "date",
+        "uuid",
+        "timestamp",
+        "epoch",
+        "duration",
+        "hex_id",
+    }
+)
+"""Built-in rules whose matches stay inside one line and whose lookarounds read a line break
+exactly like the start or end of the text (so they give the same result line by line)."""
+
+CLEAN_LINES_MAX = 1 << 16
+"""Clean lines remembered per normalizer (the memo is emptied when it grows past this)."""
+
 ORDER_RULE = "unordered_lines"
 GIT_ID_RULE = "git_short_id"
 _GIT_SHORT_ID = re.compile(r"(?<![\w/<>-])[0-9a-f]{7,40}(?![\w/<>-])")
@@ -338,6 +369,8 @@ class Normalizer:
     """Applies a rule set (plus truncation and line ordering) to texts.
 
     Build one per rule set and reuse it: construction compiles the regexes.
+    With *line_memo* (the default) the trailing line-local passes skip lines
+    already known to be clean (same result, see the module docstring).
     :meth:`cached` remembers recent results (history texts are normalized
     again at every later depth); its counts must not be mutated.
     """
@@ -349,13 +382,23 @@ class Normalizer:
         cache_size: int = 256,
         *,
         whole_text: frozenset[str] = frozenset({GIT_ID_RULE, ORDER_RULE}),
+        line_memo: bool = True,
     ) -> None:
         self.rules = tuple(rules)
         self.limit = limit
         self.git_ids = GIT_ID_RULE in whole_text
         self.ordering = ORDER_RULE in whole_text
         self._passes = _passes(self.rules)
+        local = len(self._passes)
+        while line_memo and local > 0 and all(_line_local(r) for r in self._pass_rules(local - 1)):
+            local -= 1
+        self._whole_passes, self._line_passes = self._passes[:local], self._passes[local:]
+        self._clean: set[str] = set()
         self._cached = lru_cache(maxsize=cache_size)(self.__call__)
+
+    def _pass_rules(self, index: int) -> list[Rule]:
+        names = set(self._passes[index].names)
+        return [r for r in self.rules if r.name in names]
 
     def cached(self, text: str, command: str | None = None) -> tuple[str, dict[str, int]]:
         """Like calling the normalizer, remembering results for texts up to ``limit`` long."""
@@ -364,8 +407,9 @@ class Normalizer:
         return self._cached(text, command)
 
     def cache_clear(self) -> None:
-        """Forget remembered results (benchmarks, tests)."""
+        """Forget remembered results and clean lines (benchmarks, tests)."""
         self._cached.cache_clear()
+        self._clean.clear()
 
     def __call__(self, text: str, command: str | None = None) -> tuple[str, dict[str, int]]:
         """``(normalized text, substitutions per rule name)``; see :func:`normalize`."""
@@ -373,8 +417,10 @@ class Normalizer:
         text, n = truncate(text, self.limit)
         if n:
             counts[TRUNCATE_RULE] = n
-        for step in self._passes:
+        for step in self._whole_passes:
             text = step.apply(text, counts)
+        if self._line_passes:
+            text = self._line_local(text, counts)
         if command and self.git_ids and runs_git(command):
             # An abbreviated commit id is all digits 1 time in 27 (7 chars): hex_id,
             # which needs a letter to stay clear of plain numbers, cannot see those.
@@ -386,6 +432,31 @@ class Normalizer:
             if n:
                 counts[ORDER_RULE] = n
         return text, counts
+
+    def _line_local(self, text: str, counts: dict[str, int]) -> str:
+        """The line-local passes over the lines of *text* not known to be clean."""
+        lines = text.split("\n")
+        clean = self._clean
+        at = [i for i, line in enumerate(lines) if line not in clean]
+        if not at:
+            return text
+        dirty = [lines[i] for i in at]
+        block = "\n".join(dirty)
+        for step in self._line_passes:
+            block = step.apply(block, counts)
+        done = block.split("\n")
+        if len(done) != len(dirty):  # a rule that is not line-local after all
+            raise RuntimeError(f"line-local rules changed the line count of {text[:80]!r}")
+        for i, line in zip(at, done, strict=True):
+            lines[i] = line
+        if len(clean) > CLEAN_LINES_MAX:
+            clean.clear()
+        clean.update(a for a, b in zip(dirty, done, strict=True) if a == b)
+        return block if len(at) == len(lines) else "\n".join(lines)
+
+
+def _line_local(rule: Rule) -> bool:
+    return RULES.get(rule.name) == rule and rule.name in LINE_LOCAL
 
 
 @lru_cache(maxsize=16)

@@ -1,21 +1,20 @@
 """Realistic terminal outputs for the comparator tests (imported by the test modules).
 
 Each ``*_output(run)`` renders what a command prints in one run; ``run`` is a
-seeded :class:`Run` holding that run's volatile values (dates, PIDs, SHAs,
+seeded :class:`~fidelity.compare.samples.Run` holding that run's volatile values (dates, PIDs, SHAs,
 durations, temp names). Two runs of the same builder differ only in volatile
 content, like two real executions of the same command.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 
 from fidelity.compare import CompareContext
+from fidelity.compare.samples import DAYS, MONTHS, Run
 from fidelity.model import CommandAction, Observation, Step
 
-MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+__all__ = ["DAYS", "MONTHS", "OUTPUTS", "Run", "context", "obs"]
 
 LS_FILES = [
     ("drwxr-xr-x", 5, 4096, "."),
@@ -37,33 +36,6 @@ COMMITS = [
 ]
 
 TESTS = ["test_parse_dates", "test_parse_empty", "test_load_config", "test_missing_key"]
-
-
-class Run:
-    """The volatile values of one execution."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-
-    def hex(self, n: int) -> str:
-        return "".join(self.rng.choice("0123456789abcdef") for _ in range(n))
-
-    def clock(self) -> str:
-        r = self.rng
-        return f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}"
-
-    def ls_date(self) -> str:
-        return f"{self.rng.choice(MONTHS)} {self.rng.randint(1, 28):2d} {self.clock()[:5]}"
-
-    def git_date(self) -> str:
-        r = self.rng
-        return f"{r.choice(DAYS)} {r.choice(MONTHS)} {r.randint(1, 28)} {self.clock()} 2026 +0000"
-
-    def seconds(self) -> str:
-        return f"{self.rng.random():.3f}s"
-
-    def pid(self) -> int:
-        return self.rng.randint(300, 65000)
 
 
 Row = tuple[str, int, int, str]

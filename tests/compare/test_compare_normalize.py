@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from compare_samples import OUTPUTS, Run
 
 from fidelity.compare.normalize import (
     DEFAULT_RULES,
@@ -240,3 +241,26 @@ def test_all_digit_short_commit_ids_in_git_output() -> None:
     assert counts["git_short_id"] == 3 and counts["hex_id"] == 1
     # outside git output a 7-digit number is a number, not an id
     assert normalize("5816351 bytes\n", "wc -c big.bin") == ("5816351 bytes\n", {})
+
+
+def test_line_memo_gives_exactly_the_whole_text_result() -> None:
+    """Clean-line skipping changes neither the text nor the counts, whatever came before."""
+    texts = [text for _, text, _ in MUST_REWRITE] + list(MUST_KEEP)
+    for builder_seed in range(3):
+        run = Run(builder_seed)
+        texts += [build(run) for _, build in OUTPUTS.values()]
+    texts += ["\n".join(texts[i : i + 7]) for i in range(0, len(texts), 5)]
+    whole = Normalizer(line_memo=False)
+    memo = Normalizer()
+    assert memo._line_passes and not whole._line_passes
+    for _ in range(2):  # the second round finds most lines clean
+        for text in texts:
+            for command in (None, "find . -name '*.py'", "git log --oneline"):
+                assert memo(text, command) == whole(text, command), text
+
+
+def test_line_memo_stays_off_for_custom_rules_after_the_built_ins() -> None:
+    late = Rule("late", r"a\nb", "<AB>", description="spans lines")
+    normalizer = Normalizer([*DEFAULT_RULES, late])
+    assert not normalizer._line_passes
+    assert normalizer("x\na\nb\n") == ("x\n<AB>\n", {"late": 1})
