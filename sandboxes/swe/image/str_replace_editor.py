@@ -65,8 +65,7 @@ def check_path(command: str, path: Path) -> None:
         raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
     if path.is_dir() and command != "view":
         raise ToolError(
-            f"The path {path} is a directory and only the `view` command can be used on "
-            "directories"
+            f"The path {path} is a directory and only the `view` command can be used on directories"
         )
 
 
