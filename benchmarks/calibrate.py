@@ -2,11 +2,12 @@
 
 Replays the bundled terminal suite twice in real bubblewrap sandboxes (or reads
 two replays given with ``--replays``), builds the seeded development set
-(faithful pairs plus realistic corruptions), fits a logistic regression on the
-training split (by trajectory) and prints the coefficients and the held-out
-figures.
+(faithful pairs plus realistic corruptions), fits a logistic regression on it
+and prints the coefficients and the figures on the held-out split: by default
+another project replayed twice (see ``compare_devset.py``).
 
-    python benchmarks/calibrate.py [--seed 7] [--replays A.jsonl B.jsonl] [--out PATH] [--dry-run]
+    python benchmarks/calibrate.py [--seed 7] [--replays A B] [--heldout-replays A B]
+        [--split project|trajectory] [--out PATH] [--dry-run]
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import argparse
 import json
 from pathlib import Path
 
-from compare_devset import add_arguments, dev_pairs
+from compare_devset import add_arguments, dev_split
 
 from fidelity.compare.calibration import FEATURES
-from fidelity.compare.calibration.fit import f1_score, fit_calibration, score_pairs, split
+from fidelity.compare.calibration.fit import f1_score, fit_calibration, score_pairs
 
 OUT = Path(__file__).resolve().parent.parent / "fidelity/compare/calibration/terminal.json"
 
@@ -29,15 +30,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
     args = parser.parse_args()
-    train, test = split(dev_pairs(args), args.seed)
+    train, test = dev_split(args)
     scored_train, scored_test = score_pairs(train), score_pairs(test)
     calibration = fit_calibration(scored_train, args.seed)
     labels = [int(s.pair.drift) for s in scored_test]
     flagged = [calibration.probability(s.vector) >= calibration.cutoff for s in scored_test]
     held_f1 = round(f1_score(flagged, labels), 4)
-    fit = {**calibration.fit, "held_out_pairs": len(test), "held_out_f1": held_f1}
+    fit = {
+        **calibration.fit,
+        "split": args.split,
+        "held_out_pairs": len(test),
+        "held_out_f1": held_f1,
+    }
     calibration = calibration.model_copy(update={"fit": fit})
-    print(f"train pairs {len(train)}, held-out pairs {len(test)} (split by trajectory)")
+    print(f"train pairs {len(train)}, held-out pairs {len(test)} (split by {args.split})")
     for name, coef in zip(FEATURES, calibration.coef, strict=True):
         print(f"  {name:<14} {coef:+.3f}")
     print(f"  {'intercept':<14} {calibration.intercept:+.3f}   cutoff {calibration.cutoff:.4f}")

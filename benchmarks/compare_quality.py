@@ -1,14 +1,15 @@
 """Quality of the terminal drift verdicts on the held-out split, next to plain baselines.
 
-Same development set as ``calibrate.py`` (two real bubblewrap replays of the
-bundled suite, seeded corruptions, split by trajectory). Prints, for the
+Same development set as ``calibrate.py``: training pairs from two real
+bubblewrap replays of the bundled suite, held-out pairs from two real replays
+of another project (``benchmarks/compare_heldout``), seeded corruptions on both. Prints, for the
 shipped comparator and for exact match, difflib ratio and rapidfuzz ratio
 (raw text, no normalization; their thresholds tuned for F1 on the training
 split): ROC AUC, precision, recall and F1 of drift, the false-alarm rate on
 volatile-only (faithful) pairs; then the recall and false rate of
 hallucination detection and the recall per corruption kind.
 
-    python benchmarks/compare_quality.py [--seed 7] [--replays A.jsonl B.jsonl]
+    python benchmarks/compare_quality.py [--seed 7] [--replays A B] [--heldout-replays A B]
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from compare_devset import add_arguments, dev_pairs
+from compare_devset import add_arguments, dev_split
 from rapidfuzz import fuzz
 from sklearn.metrics import roc_auc_score
 
 from fidelity.compare import TerminalComparator
 from fidelity.compare.calibration.devset import Pair
-from fidelity.compare.calibration.fit import f1_score, split
+from fidelity.compare.calibration.fit import f1_score
 from fidelity.compare.terminal import context_texts
 
 Scorer = Callable[[Pair], float]
@@ -85,7 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args()
-    train, test = split(dev_pairs(args), args.seed)
+    train, test = dev_split(args)
     comparator = TerminalComparator()
     results = [comparator.compare(p.real, p.sim, p.context) for p in test]
     print(
