@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from fidelity.model import CommandAction, EnvSpec
 from fidelity.sandboxes.local import LocalConfig, LocalSandbox, sweep_stale
 from tests.sandboxes.conformance import *  # noqa: F403 - the shared conformance suite
 from tests.sandboxes.conformance import run
+from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 
 pytestmark = pytest.mark.bwrap
 
@@ -35,6 +36,42 @@ def sandbox(bwrap: None) -> Iterator[LocalSandbox]:
         box.close()
 
 
+@pytest.fixture
+def env(workdir: Path) -> EnvSpec:
+    return EnvSpec(workdir=str(workdir))
+
+
+@pytest.fixture
+def ok_action() -> CommandAction:
+    return CommandAction(command="echo ok")
+
+
+@pytest.fixture
+def bad_action() -> CommandAction:
+    return CommandAction(command="echo 'unterminated")
+
+
+@pytest.fixture
+def dirty_actions() -> list[CommandAction]:
+    return [CommandAction(command="touch made-here && rm hello.txt")]
+
+
+@pytest.fixture
+def probe_action() -> CommandAction:
+    return CommandAction(command="ls")
+
+
+@pytest.fixture
+def leftovers() -> Callable[[LocalSandbox], list[str]]:
+    def find(box: LocalSandbox) -> list[str]:
+        found = [str(box._root)] if box._root is not None and box._root.exists() else []
+        if box._uid is not None and _sandbox_processes(box):
+            found.append(f"{_sandbox_processes(box)} process(es) of uid {box._uid}")
+        return found
+
+    return find
+
+
 def _sandbox_processes(box: LocalSandbox) -> int:
     from fidelity.sandboxes.local import _count_processes
 
@@ -51,7 +88,7 @@ def test_fork_bomb_is_contained_and_recorded(sandbox: LocalSandbox, workdir: Pat
 
 def test_memory_bomb_fails_inside(sandbox: LocalSandbox, workdir: Path) -> None:
     sandbox.reset(EnvSpec(workdir=str(workdir)))
-    bomb = run(sandbox, "python3 -c \"x = bytearray(8 * 1024**3)\"")
+    bomb = run(sandbox, 'python3 -c "x = bytearray(8 * 1024**3)"')
     assert bomb.exit_code == 1 and "MemoryError" in bomb.text
 
 
