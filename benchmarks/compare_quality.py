@@ -1,15 +1,17 @@
-"""Quality of the terminal drift verdicts on the held-out split, next to plain baselines.
+"""Quality of a domain's drift verdicts on the held-out split, next to plain baselines.
 
-Same development set as ``calibrate.py``: training pairs from two real
-bubblewrap replays of the bundled suite, held-out pairs from two real replays
-of another project (``benchmarks/compare_heldout``), seeded corruptions on both. Prints, for the
-shipped comparator and for exact match, difflib ratio and rapidfuzz ratio
-(raw text, no normalization; their thresholds tuned for F1 on the training
-split): ROC AUC, precision, recall and F1 of drift, the false-alarm rate on
-volatile-only (faithful) pairs; then the recall and false rate of
-hallucination detection and the recall per corruption kind.
+Same development set as ``calibrate.py`` (see ``compare_devset.py``): pairs
+from two real replays of the domain's suite, the held-out split another
+project, seeded corruptions on both. Prints, for the shipped comparator and
+for exact match, difflib ratio and rapidfuzz ratio (raw text, no
+normalization; their thresholds tuned for F1 on the training split): ROC AUC,
+precision, recall and F1 of drift, the false-alarm rate on pairs that did not
+drift (faithful and volatile-only) and on volatile-only pairs alone; then the
+recall and false rate of hallucination detection and the recall per
+corruption kind.
 
-    python benchmarks/compare_quality.py [--seed 7] [--replays A B] [--heldout-replays A B]
+    python benchmarks/compare_quality.py [--domain terminal|web|swe] [--seed 7]
+        [--replays A B] [--heldout-replays A B] [--cache DIR]
 """
 
 from __future__ import annotations
@@ -24,13 +26,20 @@ from compare_devset import add_arguments, dev_split
 from rapidfuzz import fuzz
 from sklearn.metrics import roc_auc_score
 
-from fidelity.compare import TerminalComparator
+from fidelity.compare import Comparator, SweComparator, TerminalComparator, WebComparator
 from fidelity.compare.calibration.devset import Pair
 from fidelity.compare.calibration.fit import f1_score
 from fidelity.compare.terminal import context_texts
 
 Scorer = Callable[[Pair], float]
 """A drift score: higher means more likely drifted."""
+
+COMPARATORS: dict[str, Callable[[], Comparator]] = {
+    "terminal": TerminalComparator,
+    "web": WebComparator,
+    "swe": SweComparator,
+}
+"""The shipped (calibrated) comparator of each domain."""
 
 
 def exact(pair: Pair) -> float:
@@ -60,12 +69,15 @@ def row(name: str, values: list[float], flagged: list[bool], pairs: Sequence[Pai
     fp = sum(1 for f, y in zip(flagged, labels, strict=True) if f and not y)
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / sum(labels)
-    faithful = [f for f, p in zip(flagged, pairs, strict=True) if p.kind == "faithful"]
+    faithful = [f for f, p in zip(flagged, pairs, strict=True) if not p.drift]
+    volatile = [f for f, p in zip(flagged, pairs, strict=True) if p.kind == "volatile"]
     false_alarms = sum(faithful) / len(faithful)
+    on_volatile = f"{sum(volatile) / len(volatile):>9.2%}" if volatile else f"{'-':>9}"
     auc = roc_auc_score(labels, values)
     f1 = f1_score(flagged, labels)
     return (
-        f"{name:<22} {auc:>7.4f} {precision:>9.4f} {recall:>7.4f} {f1:>7.4f} {false_alarms:>12.2%}"
+        f"{name:<22} {auc:>7.4f} {precision:>9.4f} {recall:>7.4f} {f1:>7.4f} "
+        f"{false_alarms:>12.2%} {on_volatile}"
     )
 
 
@@ -87,14 +99,15 @@ def main() -> None:
     add_arguments(parser)
     args = parser.parse_args()
     train, test = dev_split(args)
-    comparator = TerminalComparator()
+    comparator = COMPARATORS[args.domain]()
     results = [comparator.compare(p.real, p.sim, p.context) for p in test]
     print(
         f"held-out: {len(test)} pairs from {len({p.trajectory_id for p in test})} trajectories "
         f"({sum(p.drift for p in test)} drifted); train: {len(train)} pairs"
     )
     print(
-        f"{'method':<22} {'ROC AUC':>7} {'precision':>9} {'recall':>7} {'F1':>7} {'false alarms':>12}"
+        f"{'method':<22} {'ROC AUC':>7} {'precision':>9} {'recall':>7} {'F1':>7} "
+        f"{'false alarms':>12} {'volatile':>9}"
     )
     print(
         row(
@@ -114,7 +127,7 @@ def main() -> None:
         print(row(name, values, [v >= cutoff for v in values], test))
     targets = [(p, r) for p, r in zip(test, results, strict=True) if injected_unshown(p)]
     found = sum(detected(p.injected or "", r.hallucinations) for p, r in targets)
-    faithful = [r for p, r in zip(test, results, strict=True) if p.kind == "faithful"]
+    faithful = [r for p, r in zip(test, results, strict=True) if not p.drift]
     false = sum(bool(r.hallucinations) for r in faithful)
     print(
         f"hallucination recall {found / len(targets):.4f} ({found}/{len(targets)} injected entities); "

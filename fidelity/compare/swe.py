@@ -19,10 +19,18 @@ of what the text shows: the changed file sets, the hunks of the cumulative
 diff and the pass/fail maps. A step whose text is identical can still drift
 when the repository behind it differs (an edit the model forgot).
 
-Fixed rules on top of the terminal verdict (no calibration data for them): a
-flipped test outcome, a test only one side ran, a file changed on one side
-only, or ``hunk_sim`` below :data:`HUNK_THRESHOLD` flag drift. Entities add
-``test:<node id>`` and ``file:<changed path>``.
+Entities add ``test:<node id>`` and ``file:<changed path>``; ``tests_flipped``
+counts the tests whose outcome differs.
+
+Drift, calibrated (the default): a flipped test outcome, a different exit code
+or timed-out flag, or the drift probability of the shipped logistic regression
+(``calibration/swe.json``, fitted by ``benchmarks/calibrate.py --domain swe``
+on real Docker replays and seeded corruptions) over the terminal features and
+the diff, hunk and test gaps reaching its cutoff (the ``drift_p`` metric).
+Fixed rules (an explicit threshold, a ``[thresholds]`` entry, or no
+calibration file), on top of the terminal verdict: a flipped test outcome, a
+test only one side ran, a file changed on one side only, or ``hunk_sim`` below
+:data:`HUNK_THRESHOLD` flag drift.
 """
 
 from __future__ import annotations
@@ -34,9 +42,10 @@ from typing import Any, NamedTuple
 from rapidfuzz.distance import Indel
 
 from fidelity.compare.base import CompareContext, StepComparison
+from fidelity.compare.calibration import Calibration, load_calibration
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.structured import listed, overlap, shown
-from fidelity.compare.terminal import TerminalComparator
+from fidelity.compare.terminal import TerminalComparator, hard_mismatches
 from fidelity.model import Observation
 
 HUNK_THRESHOLD = 0.8
@@ -125,12 +134,21 @@ class SweComparator:
     domain = "swe"
 
     def __init__(
-        self, threshold: float | None = None, *, config: CompareConfig | None = None
+        self,
+        threshold: float | None = None,
+        *,
+        config: CompareConfig | None = None,
+        calibrated: bool = True,
     ) -> None:
         config = config or CompareConfig()
         if threshold is None and self.domain in config.thresholds:
             threshold = config.thresholds[self.domain]
-        self.terminal = TerminalComparator(threshold, config=config)
+        self.calibration: Calibration | None = (
+            load_calibration(self.domain) if calibrated and threshold is None else None
+        )
+        # with its own calibration the terminal part only supplies metrics and entities
+        own = self.calibration is not None
+        self.terminal = TerminalComparator(threshold, config=config, calibrated=not own)
         self.threshold = self.terminal.threshold
 
     def entities(self, observation: Observation, context: CompareContext) -> set[str]:
@@ -145,17 +163,16 @@ class SweComparator:
         base = self.terminal.compare(real, sim, context)
         if base.infra_failure:
             return base
-        metrics, reasons, sim_only, real_only = dict(base.metrics), [], set(), set()
+        metrics = {**base.metrics, "lines_changed": self._lines_changed(real, sim, context)}
         real_view, sim_view = repo_views(real, sim)
-        for part in (_compare_diffs, _compare_tests):
-            found = part(real_view, sim_view, metrics)
-            reasons += found[0]
-            sim_only |= found[1]
-            real_only |= found[2]
+        diff_reasons, sim_only, real_only = _compare_diffs(real_view, sim_view, metrics)
+        flips, sim_tests, real_tests = _compare_tests(real_view, sim_view, metrics)
+        sim_only, real_only = sim_only | sim_tests, real_only | real_tests
+        reasons = diff_reasons + flips
         stale = shown(sim_only, context) if sim_only else set()
         hallucinated, omitted = sorted(sim_only - stale), sorted(real_only)
         reasons += listed("hallucinated", hallucinated) + listed("omitted", omitted)
-        return base.model_copy(
+        result = base.model_copy(
             update={
                 "drift": base.drift or bool(reasons),
                 "metrics": metrics,
@@ -165,6 +182,20 @@ class SweComparator:
                 "reasons": [*base.reasons, *reasons],
             }
         )
+        if self.calibration is None:
+            return result
+        hard = hard_mismatches(real, sim) + flips
+        findings = [*diff_reasons, *reasons[len(diff_reasons) + len(flips) :]]
+        findings += listed("hallucinated", base.hallucinations) + listed("omitted", base.omissions)
+        return self.calibration.decide(result, hard, findings)
+
+    def _lines_changed(self, real: Observation, sim: Observation, context: CompareContext) -> float:
+        """How many normalized lines one side has and the other lacks (as a multiset)."""
+        command = context.action.render()
+        normalize = self.terminal.normalizer.cached
+        real_lines = Counter(normalize(real.text, command)[0].split("\n"))
+        sim_lines = Counter(normalize(sim.text, command)[0].split("\n"))
+        return float((real_lines - sim_lines).total() + (sim_lines - real_lines).total())
 
 
 Found = tuple[list[str], set[str], set[str]]
@@ -190,6 +221,7 @@ def _compare_tests(real: RepoView, sim: RepoView, metrics: dict[str, float]) -> 
     same = sum(real_map.get(n) == sim_map.get(n) for n in names)
     metrics["test_agreement"] = same / len(names)
     flipped = [n for n in names if n in real_map and n in sim_map and real_map[n] != sim_map[n]]
+    metrics["tests_flipped"] = float(len(flipped))
     reasons = [f"test {n}: {real_map[n]} != {sim_map[n]}" for n in flipped]
     return (
         reasons,

@@ -153,11 +153,17 @@ class TerminalComparator:
         reasons: list[str] = []
         if self.calibration is None and score < self.threshold:
             reasons.append(f"score {score:.2f} < {self.threshold:.2f}")
-        if exit_match is False:
-            reasons.append(f"exit_code {real.exit_code} != {sim.exit_code}")
-        if real.timed_out != sim.timed_out:
-            reasons.append(f"timed_out {real.timed_out} != {sim.timed_out}")
-        return reasons
+        return reasons + hard_mismatches(real, sim)
+
+
+def hard_mismatches(real: Observation, sim: Observation) -> list[str]:
+    """Mismatches that drift whatever the scores say: exit codes or timed-out flags differ."""
+    reasons: list[str] = []
+    if _exit_match(real, sim) is False:
+        reasons.append(f"exit_code {real.exit_code} != {sim.exit_code}")
+    if real.timed_out != sim.timed_out:
+        reasons.append(f"timed_out {real.timed_out} != {sim.timed_out}")
+    return reasons
 
 
 def similarity(real: str, sim: str) -> dict[str, float]:

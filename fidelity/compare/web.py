@@ -20,10 +20,17 @@ Metrics (in [0, 1]):
 - ``score`` = 0.4 × node_f1 + 0.4 × tree_sim + 0.2 × prop_agreement.
 
 Entities: ``ui:role:name`` for every named node (UI labels) and ``url:`` for
-URLs in properties or names. Drift uses the fixed threshold 0.9 (no
-calibration data for this domain) plus the shared structured rule (see
-:mod:`fidelity.compare.structured`); property changes of a matched node are
-reported as mismatches (``prop link:About: url='/a' != url='/b'``).
+URLs in properties or names. Property changes of a matched node are reported
+as mismatches (``prop link:About: url='/a' != url='/b'``); their count is the
+``prop_mismatches`` metric.
+
+Drift, calibrated (the default): the drift probability of the shipped logistic
+regression (``calibration/web.json``, fitted by ``benchmarks/calibrate.py
+--domain web`` on real Chromium replays and seeded corruptions) over the
+node, tree and property gaps and the entity counts reaches its cutoff; the
+probability is the ``drift_p`` metric. Fixed rule (an explicit threshold, a
+``[thresholds]`` entry, or no calibration file): the score is below 0.9 plus
+the shared structured rule (see :mod:`fidelity.compare.structured`).
 
 Text that holds no tree line on either side is compared as terminal text.
 """
@@ -32,15 +39,18 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Hashable
 from typing import NamedTuple
 
 from rapidfuzz.distance import Indel
 
 from fidelity.compare.base import CompareContext, StepComparison
+from fidelity.compare.calibration import Calibration, load_calibration
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import merge_counts
 from fidelity.compare.structured import (
     infra_failure,
+    listed,
     overlap,
     threshold_of,
     value_normalizer,
@@ -114,14 +124,22 @@ def tree_entities(nodes: list[Node]) -> set[str]:
 
 
 class WebComparator:
-    """Compares accessibility trees (the ``web`` domain); fixed threshold, see the module doc."""
+    """Compares accessibility trees (the ``web`` domain); calibrated, see the module doc."""
 
     domain = "web"
 
     def __init__(
-        self, threshold: float | None = None, *, config: CompareConfig | None = None
+        self,
+        threshold: float | None = None,
+        *,
+        config: CompareConfig | None = None,
+        calibrated: bool = True,
     ) -> None:
         config = config or CompareConfig()
+        fixed = threshold is not None or self.domain in config.thresholds
+        self.calibration: Calibration | None = (
+            load_calibration(self.domain) if calibrated and not fixed else None
+        )
         self.threshold = threshold_of(self.domain, config, threshold)
         self.normalizer = value_normalizer(config)
         self.text = TerminalComparator(self.threshold, config=config, calibrated=False)
@@ -146,11 +164,11 @@ class WebComparator:
         (real_nodes, real_counts), (sim_nodes, sim_counts) = self.parse(real), self.parse(sim)
         if not real_nodes and not sim_nodes:
             return self.text.compare(real, sim, context)
-        precision, recall, f1 = overlap(
-            Counter(n.key for n in real_nodes), Counter(n.key for n in sim_nodes)
-        )
+        real_keys: Counter[Hashable] = Counter(n.key for n in real_nodes)
+        sim_keys: Counter[Hashable] = Counter(n.key for n in sim_nodes)
+        precision, recall, f1 = overlap(real_keys, sim_keys)
         tree = tree_similarity(real_nodes, sim_nodes)
-        agreement, mismatches = _props(real_nodes, sim_nodes)
+        agreement, differ, mismatches = _props(real_nodes, sim_nodes)
         real_e, sim_e = tree_entities(real_nodes), tree_entities(sim_nodes)
         metrics = {
             "node_precision": precision,
@@ -158,8 +176,10 @@ class WebComparator:
             "node_f1": f1,
             "tree_sim": tree,
             "prop_agreement": agreement,
+            "prop_mismatches": float(differ),
+            "nodes_changed": float((real_keys - sim_keys).total() + (sim_keys - real_keys).total()),
         }
-        return verdict(
+        result = verdict(
             score=0.4 * f1 + 0.4 * tree + 0.2 * agreement,
             threshold=self.threshold,
             metrics=metrics,
@@ -169,10 +189,18 @@ class WebComparator:
             normalizations=merge_counts(real_counts, sim_counts),
             mismatches=mismatches,
         )
+        if self.calibration is None:
+            return result
+        findings = [
+            *mismatches,
+            *listed("hallucinated", result.hallucinations),
+            *listed("omitted", result.omissions),
+        ]
+        return self.calibration.decide(result, [], findings)
 
 
-def _props(real: list[Node], sim: list[Node]) -> tuple[float, list[str]]:
-    """Share of common keys whose properties agree, and reasons for those that do not."""
+def _props(real: list[Node], sim: list[Node]) -> tuple[float, int, list[str]]:
+    """Share of common keys whose properties agree, how many do not, and reasons for them."""
     real_props = {n.key: n for n in real}
     sim_props = {n.key: n for n in sim}
     common = sorted(real_props.keys() & sim_props.keys())
@@ -181,4 +209,4 @@ def _props(real: list[Node], sim: list[Node]) -> tuple[float, list[str]]:
         f"prop {real_props[k].label}: {real_props[k].props or '-'} != {sim_props[k].props or '-'}"
         for k in differ[:MAX_MISMATCHES]
     ]
-    return (1 - len(differ) / len(common) if common else 1.0), reasons
+    return (1 - len(differ) / len(common) if common else 1.0), len(differ), reasons

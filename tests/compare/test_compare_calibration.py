@@ -71,7 +71,7 @@ def test_cutoff_respects_false_alarms() -> None:
 def test_shipped_calibration_loads() -> None:
     calibration = load_calibration("terminal")
     assert calibration is not None and calibration.features == list(FEATURES)
-    assert load_calibration("web") is None
+    assert load_calibration("android") is None
     context = CompareContext(action=CommandAction(command="ls"))
     assert calibration.probability([0.0] * len(FEATURES)) < calibration.cutoff
     assert (

@@ -15,6 +15,8 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fidelity.compare.base import StepComparison
+
 FEATURES = (
     "line_gap",
     "token_gap",
@@ -25,6 +27,76 @@ FEATURES = (
     "stale",
 )
 """Feature names, in the order of :func:`features` (gaps are ``1 - similarity``)."""
+
+WEB_FEATURES = (
+    "score_gap",
+    "precision_gap",
+    "recall_gap",
+    "tree_gap",
+    "prop_gap",
+    "prop_mismatches",
+    "nodes_changed",
+    "hallucinated",
+    "omitted",
+    "stale",
+)
+"""Features of the web domain: node overlap, tree and property gaps, entity counts.
+
+Counts (mismatched properties, nodes on one side only, entities) enter as ``log1p``.
+"""
+
+SWE_FEATURES = (
+    *FEATURES,
+    "lines_changed",
+    "diff_file_gap",
+    "hunk_gap",
+    "test_gap",
+    "tests_flipped",
+)
+"""Features of the swe domain: the terminal ones, the count of normalized lines on one
+side only (long tool outputs make one wrong line a tiny gap) and the repository-state gaps."""
+
+DOMAIN_FEATURES: dict[str, tuple[str, ...]] = {
+    "terminal": FEATURES,
+    "web": WEB_FEATURES,
+    "swe": SWE_FEATURES,
+}
+"""Feature names per calibrated domain (other domains use the terminal ones)."""
+
+
+def feature_names(domain: str) -> tuple[str, ...]:
+    """The feature names of *domain*."""
+    return DOMAIN_FEATURES.get(domain, FEATURES)
+
+
+def comparison_vector(domain: str, comparison: StepComparison) -> list[float]:
+    """The feature vector of *domain* (see :data:`DOMAIN_FEATURES`) for an uncalibrated verdict."""
+    m = comparison.metrics
+    counts = [
+        math.log1p(len(comparison.hallucinations)),
+        math.log1p(len(comparison.omissions)),
+        math.log1p(len(comparison.stale)),
+    ]
+    if domain == "web":
+        gaps = ("node_precision", "node_recall", "tree_sim", "prop_agreement")
+        return [
+            1.0 - comparison.score,
+            *(1.0 - m.get(name, 1.0) for name in gaps),
+            math.log1p(m.get("prop_mismatches", 0.0)),
+            math.log1p(m.get("nodes_changed", 0.0)),
+            *counts,
+        ]
+    terminal = [*(1.0 - m.get(n, 1.0) for n in ("line_sim", "token_sim", "char_sim"))]
+    terminal += [1.0 if comparison.exit_match is False else 0.0, *counts]
+    if domain != "swe":
+        return terminal
+    repo = ("diff_file_f1", "hunk_sim", "test_agreement")
+    return [
+        *terminal,
+        math.log1p(m.get("lines_changed", 0.0)),
+        *(1.0 - m.get(name, 1.0) for name in repo),
+        math.log1p(m.get("tests_flipped", 0.0)),
+    ]
 
 
 def features(
@@ -62,8 +134,9 @@ class Calibration(BaseModel):
 
     @model_validator(mode="after")
     def _shape(self) -> Calibration:
-        if list(self.features) != list(FEATURES) or len(self.coef) != len(FEATURES):
-            raise ValueError(f"calibration of {self.domain!r} does not match FEATURES {FEATURES}")
+        names = feature_names(self.domain)
+        if list(self.features) != list(names) or len(self.coef) != len(names):
+            raise ValueError(f"calibration of {self.domain!r} does not match its features {names}")
         return self
 
     def probability(self, vector: list[float]) -> float:
@@ -72,6 +145,27 @@ class Calibration(BaseModel):
         if z < -60:
             return 0.0
         return 1.0 / (1.0 + math.exp(-z))
+
+    def decide(
+        self, comparison: StepComparison, hard: list[str], findings: list[str]
+    ) -> StepComparison:
+        """*comparison* with drift decided by this calibration instead of fixed rules.
+
+        Drift when a *hard* mismatch was found or the drift probability (stored
+        as the ``drift_p`` metric) reaches the cutoff; the reasons are then the
+        hard mismatches, the probability and the *findings* (soft mismatches,
+        entities), else none.
+        """
+        p = self.probability(comparison_vector(self.domain, comparison))
+        fired = [f"drift probability {p:.2f} >= {self.cutoff:.2f}"] if p >= self.cutoff else []
+        reasons = [*hard, *fired, *findings] if hard or fired else []
+        return comparison.model_copy(
+            update={
+                "drift": bool(reasons),
+                "metrics": {**comparison.metrics, "drift_p": p},
+                "reasons": reasons,
+            }
+        )
 
 
 @lru_cache(maxsize=16)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from fidelity.compare.base import CompareContext
@@ -56,6 +56,9 @@ class Pair:
 Corruption = Callable[
     [Observation, list[Step], random.Random], tuple[Observation, str | None] | None
 ]
+
+Volatile = Callable[[Observation, random.Random], Observation | None]
+"""Volatile-only variation of a real observation (``None`` when it has nothing volatile)."""
 
 
 def _with(obs: Observation, text: str, **update: object) -> Observation:
@@ -182,11 +185,18 @@ CORRUPTIONS: dict[str, Corruption] = {
 """Corruption kind -> ``(obs, real history up to this step, rng) -> (obs, injected) | None``."""
 
 
-def build_pairs(first: list[Trajectory], second: list[Trajectory], seed: int) -> Iterator[Pair]:
+def build_pairs(
+    first: list[Trajectory],
+    second: list[Trajectory],
+    seed: int,
+    corruptions: Mapping[str, Corruption] = CORRUPTIONS,
+    volatile: Volatile | None = None,
+) -> Iterator[Pair]:
     """Faithful and corrupted pairs from two real replays of the same suite.
 
-    Real is *first*; sim is *second* as it ran (faithful) and once per corruption
-    that applies to the step (its random choices seeded by *seed*).
+    Real is *first*; sim is *second* as it ran (faithful), with *volatile*
+    content varied when given (kind ``volatile``, not drifted), and once per
+    corruption that applies to the step (its random choices seeded by *seed*).
     The context is the real history (teacher-forced).
     """
     rng = random.Random(seed)
@@ -195,10 +205,16 @@ def build_pairs(first: list[Trajectory], second: list[Trajectory], seed: int) ->
         sim = others.get(real.id)
         if sim is None:
             continue
-        yield from _trajectory_pairs(real, sim, rng)
+        yield from _trajectory_pairs(real, sim, rng, corruptions, volatile)
 
 
-def _trajectory_pairs(real: Trajectory, sim: Trajectory, rng: random.Random) -> Iterator[Pair]:
+def _trajectory_pairs(
+    real: Trajectory,
+    sim: Trajectory,
+    rng: random.Random,
+    corruptions: Mapping[str, Corruption],
+    volatile: Volatile | None,
+) -> Iterator[Pair]:
     description = real.env.description or ""
     for index, (r_step, s_step) in enumerate(zip(real.steps, sim.steps, strict=False)):
         if r_step.observation is None or s_step.observation is None:
@@ -213,9 +229,12 @@ def _trajectory_pairs(real: Trajectory, sim: Trajectory, rng: random.Random) -> 
             trajectory_id=real.id, depth=index + 1, real=r_step.observation, context=context
         )
         yield Pair(**base, sim=s_step.observation, drift=False, kind="faithful")  # type: ignore[arg-type]
+        varied = volatile(s_step.observation, rng) if volatile else None
+        if varied is not None and varied != s_step.observation:
+            yield Pair(**base, sim=varied, drift=False, kind="volatile")  # type: ignore[arg-type]
         # stale_state looks for an earlier run of this action in the history plus this step
         seen = [*history, Step(action=s_step.action, observation=s_step.observation)]
-        for kind, corrupt in CORRUPTIONS.items():
+        for kind, corrupt in corruptions.items():
             done = corrupt(s_step.observation, seen, rng)
             if done is not None and done[0] != s_step.observation:
                 obs, injected = done

@@ -5,13 +5,22 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidelity.compare.calibration import FEATURES, Calibration, features
-from fidelity.compare.calibration.devset import Pair, build_pairs
+from fidelity.compare.base import Comparator
+from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
+from fidelity.compare.calibration.devset import (
+    CORRUPTIONS,
+    Corruption,
+    Pair,
+    Volatile,
+    build_pairs,
+)
+from fidelity.compare.swe import SweComparator
 from fidelity.compare.terminal import TerminalComparator
+from fidelity.compare.web import WebComparator
 from fidelity.formats.jsonl import read_trajectories
 
 HELD_OUT = 0.3
@@ -35,10 +44,15 @@ def split(pairs: Sequence[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
 
 
 def load_pairs(
-    first: str | os.PathLike[str], second: str | os.PathLike[str], seed: int
+    first: str | os.PathLike[str],
+    second: str | os.PathLike[str],
+    seed: int,
+    corruptions: Mapping[str, Corruption] = CORRUPTIONS,
+    volatile: Volatile | None = None,
 ) -> list[Pair]:
     """The development set of two replay files (see :func:`build_pairs`)."""
-    return list(build_pairs(read_trajectories(Path(first)), read_trajectories(Path(second)), seed))
+    real, sim = read_trajectories(Path(first)), read_trajectories(Path(second))
+    return list(build_pairs(real, sim, seed, corruptions, volatile))
 
 
 @dataclass(frozen=True)
@@ -50,21 +64,31 @@ class Scored:
     hallucinations: list[str]
 
 
-def score_pairs(pairs: Sequence[Pair]) -> list[Scored]:
-    """Feature vectors of *pairs* under the uncalibrated terminal comparator."""
-    comparator = TerminalComparator(calibrated=False)
+UNCALIBRATED: dict[str, Callable[[], Comparator]] = {
+    "terminal": lambda: TerminalComparator(calibrated=False),
+    "web": lambda: WebComparator(calibrated=False),
+    "swe": lambda: SweComparator(calibrated=False),
+}
+"""The comparator of each calibrated domain with its fixed rules (the features' source)."""
+
+
+def score_pairs(pairs: Sequence[Pair], domain: str = "terminal") -> list[Scored]:
+    """Feature vectors of *pairs* under the uncalibrated comparator of *domain*."""
+    comparator = UNCALIBRATED[domain]()
     scored = []
     for pair in pairs:
         c = comparator.compare(pair.real, pair.sim, pair.context)
-        vector = features(
-            c.metrics, c.exit_match, len(c.hallucinations), len(c.omissions), len(c.stale)
-        )
-        scored.append(Scored(pair, vector, c.hallucinations))
+        scored.append(Scored(pair, comparison_vector(domain, c), c.hallucinations))
     return scored
 
 
-def fit_calibration(train: Sequence[Scored], seed: int, domain: str = "terminal") -> Calibration:
-    """A logistic regression over :data:`FEATURES` and the cutoff chosen on *train*."""
+def fit_calibration(
+    train: Sequence[Scored],
+    seed: int,
+    domain: str = "terminal",
+    max_false_alarms: float = MAX_FALSE_ALARMS,
+) -> Calibration:
+    """A logistic regression over the features of *domain* and the cutoff chosen on *train*."""
     from sklearn.linear_model import LogisticRegression
 
     x = [s.vector for s in train]
@@ -72,18 +96,27 @@ def fit_calibration(train: Sequence[Scored], seed: int, domain: str = "terminal"
     model = LogisticRegression(class_weight="balanced", C=10.0, max_iter=2000, random_state=seed)
     model.fit(x, y)
     probabilities = [float(p) for p in model.predict_proba(x)[:, 1]]
-    cutoff = choose_cutoff(probabilities, y)
+    cutoff = choose_cutoff(probabilities, y, max_false_alarms)
     return Calibration(
         domain=domain,
-        features=list(FEATURES),
+        features=list(feature_names(domain)),
         coef=[round(float(c), 6) for c in model.coef_[0]],
         intercept=round(float(model.intercept_[0]), 6),
         cutoff=cutoff,
-        fit={"seed": seed, "train_pairs": len(train), "train_drifted": sum(y)},
+        fit={
+            "seed": seed,
+            "train_pairs": len(train),
+            "train_drifted": sum(y),
+            "max_false_alarms": max_false_alarms,
+        },
     )
 
 
-def choose_cutoff(probabilities: Sequence[float], labels: Sequence[int]) -> float:
+def choose_cutoff(
+    probabilities: Sequence[float],
+    labels: Sequence[int],
+    max_false_alarms: float = MAX_FALSE_ALARMS,
+) -> float:
     """The probability cutoff with the best F1 whose false-alarm rate stays within bounds.
 
     Candidates are midpoints between consecutive distinct probabilities; among
@@ -96,7 +129,7 @@ def choose_cutoff(probabilities: Sequence[float], labels: Sequence[int]) -> floa
     for cutoff in candidates:
         flagged = [p >= cutoff for p in probabilities]
         false = sum(1 for f, y in zip(flagged, labels, strict=True) if f and not y)
-        if false / negatives <= MAX_FALSE_ALARMS:
+        if false / negatives <= max_false_alarms:
             scored.append((round(f1_score(flagged, labels), 6), cutoff))
     if not scored:
         return 0.5
