@@ -29,7 +29,7 @@ from fidelity.errors import (
 )
 from fidelity.model import Action, Observation, Step, Trajectory
 from fidelity.worldmodels.base import WorldModel
-from fidelity.worldmodels.cache import ResponseCache, request_key
+from fidelity.worldmodels.cache import BatchedLookup, ResponseCache, request_key
 from fidelity.worldmodels.prompting import build_messages, parse_prediction, prompt_hash
 
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -146,6 +146,7 @@ class OpenAICompatWorldModel(WorldModel):
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
         self._prompt_hash = prompt_hash(prompts_dir)
         self.cache = cache
+        self._lookup = BatchedLookup(cache) if cache is not None else None
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=0
         )
@@ -191,11 +192,11 @@ class OpenAICompatWorldModel(WorldModel):
         Sample *sample* of a request is cached apart from its other samples;
         only successful completions are stored.
         """
-        if self.cache is None:
+        if self.cache is None or self._lookup is None:
             return await self.complete(messages)
         params = self.sampling()
         key = request_key(self.model, messages, params, sample)
-        hit, content = self.cache.get(key)
+        hit, content = await self._lookup.lookup(key)
         if hit:
             return content
         content = await self.complete(messages)

@@ -238,8 +238,8 @@ def test_request_is_not_sent_for_unknown_domain(
     fake_llm: FakeLLM, make_trajectory: Callable[..., Trajectory]
 ) -> None:
     data = make_trajectory().model_dump()
-    web = Trajectory.model_validate({**data, "domain": "web"})
+    android = Trajectory.model_validate({**data, "domain": "android"})
     with pytest.raises(UsageError, match="no world-model prompt"):
-        predict(fake_llm.url, web, depth=1, prompts_dir=None)
+        predict(fake_llm.url, android, depth=1, prompts_dir=None)
     assert fake_llm.requests == []
-    assert isinstance(web.steps[0].action, CommandAction)
+    assert isinstance(android.steps[0].action, CommandAction)

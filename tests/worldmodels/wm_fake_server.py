@@ -78,7 +78,8 @@ def echo_prediction(messages: list[dict[str, Any]]) -> str:
 class FakeLLM:
     """State shared between the test and the server threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, default: Reply | None = None) -> None:
+        self.default = default or Reply.ok()
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.handler_errors: list[str] = []
@@ -99,7 +100,7 @@ class FakeLLM:
     def next_reply(self, body: dict[str, Any]) -> Reply:
         with self.lock:
             self.requests.append(body)
-            return self.replies.popleft() if self.replies else Reply.ok()
+            return self.replies.popleft() if self.replies else self.default
 
 
 def _completion(model: str, content: str | None) -> dict[str, Any]:
@@ -121,6 +122,9 @@ def _completion(model: str, content: str | None) -> dict[str, Any]:
 
 def make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as vLLM and SGLang serve
+        disable_nagle_algorithm = True  # headers and body go out at once, no delayed-ACK stall
+
         def log_message(self, format: str, *args: Any) -> None:
             """Keep test output quiet."""
 
@@ -172,3 +176,27 @@ def make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self._send(200, json.dumps(_completion(model, content)).encode())
 
     return Handler
+
+
+def main() -> None:
+    """Serve on loopback until killed, answering after ``--latency`` seconds; prints the port.
+
+    Benchmarks run it as its own process, as a real server would be, so its
+    request handling does not compete with the client for one interpreter.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
+    args = parser.parse_args()
+    fake = FakeLLM(default=Reply.slow(args.latency) if args.latency else Reply.ok())
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(fake))
+    server.daemon_threads = True
+    server.request_queue_size = 256
+    fake.server = server
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
