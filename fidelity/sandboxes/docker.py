@@ -382,7 +382,19 @@ class DockerSandbox(Sandbox):
     # -- stepping ------------------------------------------------------------
 
     def step(self, action: Action, timeout: float | None = None) -> Observation:
-        """Run *action*; failures of the action are observations, not exceptions."""
+        """Run *action*; failures of the action are observations, not exceptions.
+
+        A container removed from outside (``docker rm``, a sweep) is a
+        :class:`SandboxError`: the trajectory fails as a sandbox failure.
+        """
+        import docker
+
+        try:
+            return self._step(action, timeout)
+        except docker.errors.NotFound as exc:
+            raise SandboxError(f"the container is gone ({exc.explanation or exc})") from exc
+
+    def _step(self, action: Action, timeout: float | None) -> Observation:
         if self._shell is None or self._container is None:
             raise SandboxError("step() before reset(): the sandbox is not running")
         if isinstance(action, CommandAction):

@@ -118,6 +118,22 @@ def test_exit_restarts_the_shell(sandbox: DockerSandbox, workdir: Path) -> None:
     assert run(sandbox, "pwd").text == "/tmp\n"
 
 
+def test_container_removed_from_outside_is_a_sandbox_error(
+    sandbox: DockerSandbox, workdir: Path
+) -> None:
+    sandbox.reset(EnvSpec(workdir=str(workdir)))
+    (container,) = containers_of_this_process()
+    subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=True)
+    try:
+        observation = run(sandbox, "echo hi")
+    except SandboxError as exc:  # the trajectory fails as a sandbox failure, not a crash
+        assert "container" in str(exc)
+    else:
+        assert observation.error is not None
+    sandbox.close()
+    assert containers_of_this_process() == []
+
+
 def test_nothing_outlives_close(sandbox: DockerSandbox, workdir: Path) -> None:
     sandbox.reset(EnvSpec(workdir=str(workdir)))
     assert len(containers_of_this_process()) == 1
