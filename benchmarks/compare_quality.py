@@ -29,6 +29,7 @@ from sklearn.metrics import roc_auc_score
 from fidelity.compare import Comparator, SweComparator, TerminalComparator, WebComparator
 from fidelity.compare.calibration.devset import Pair
 from fidelity.compare.calibration.fit import f1_score
+from fidelity.compare.normalize import normalize
 from fidelity.compare.terminal import context_texts
 
 Scorer = Callable[[Pair], float]
@@ -89,8 +90,12 @@ def injected_unshown(pair: Pair) -> bool:
 
 
 def detected(injected: str, hallucinations: list[str]) -> bool:
+    """Whether a reported hallucination names *injected* (as is or normalized: ports, ids…)."""
+    forms = {injected, normalize(injected)[0]}
     return any(
-        injected in h.split(":", 1)[1] or h.split(":", 1)[1] in injected for h in hallucinations
+        form in h.split(":", 1)[1] or h.split(":", 1)[1] in form
+        for h in hallucinations
+        for form in forms
     )
 
 
