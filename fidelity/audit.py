@@ -236,8 +236,8 @@ async def _run(
     return resumed, len(trajectories) - len(pending), failed, summary
 
 
-RealResult = tuple[list[TimedObservation], str | None, float]
-"""Real observations of one trajectory, its sandbox error (if any), and seconds spent."""
+RealResult = tuple[pipeline.Replayed, float]
+"""The real replay of one trajectory and the seconds it took."""
 
 
 class _Runner:
@@ -257,7 +257,7 @@ class _Runner:
     async def real(self, trajectory: Trajectory) -> RealResult:
         """Replay *trajectory* in a sandbox thread."""
         started = time.perf_counter()
-        observations, error = await asyncio.get_running_loop().run_in_executor(
+        replayed = await asyncio.get_running_loop().run_in_executor(
             self.executor,
             pipeline.replay_or_fail,
             trajectory,
@@ -269,7 +269,7 @@ class _Runner:
             self.config.step_timeout,
         )
         self.progress("real", 1)
-        return observations, error, time.perf_counter() - started
+        return replayed, time.perf_counter() - started
 
     @property
     def variants(self) -> list[tuple[Mode, int]]:
@@ -292,8 +292,9 @@ class _Runner:
 
     async def one(self, model: WorldModel, trajectory: Trajectory) -> None:
         """Real and sim for one trajectory, as concurrently as the modes allow."""
-        if Mode.teacher_forced not in self.config.modes:
-            # Open-loop simulation never looks at real observations: both sides at once.
+        if Mode.teacher_forced not in self.config.modes and trajectory.env.initial_observation:
+            # Open-loop simulation needs nothing real (the start observation is given): both
+            # sides at once. Otherwise the real reset shows the start the model must be shown.
             real_task = asyncio.ensure_future(self.real(trajectory))
             sim = await self.sim(model, trajectory, None)
             await self.finish(model, trajectory, await real_task, sim)
@@ -308,7 +309,9 @@ class _Runner:
         sim_result: tuple[list[list[TimedObservation]], float] | None = None,
     ) -> None:
         """Simulate (unless done), compare and store one trajectory."""
-        real, error, real_seconds = real_result
+        replayed, real_seconds = real_result
+        real, error = replayed.steps, replayed.error
+        trajectory = pipeline.with_initial(trajectory, replayed.initial)
         real_obs = [t.observation for t in real]
         if sim_result is None:
             sim_result = await self.sim(model, trajectory, real_obs)
@@ -388,9 +391,10 @@ def _corpus(
     corpus = []
     for trajectory in everything:
         if trajectory.id in reals:
-            if reals[trajectory.id][1] is not None:  # its sandbox failed: nothing real to retrieve
+            replayed = reals[trajectory.id][0]
+            if replayed.error is not None:  # its sandbox failed: nothing real to retrieve
                 continue
-            observations = [t.observation for t in reals[trajectory.id][0]]
+            observations = [t.observation for t in replayed.steps]
         elif trajectory.id in stored:
             observations = stored[trajectory.id]
         else:

@@ -61,12 +61,10 @@ def replay_suite(
     report("total", len(trajectories))
 
     def one(trajectory: Trajectory) -> Trajectory:
-        observations, _error = pipeline.replay_or_fail(
-            trajectory, sandbox, sandbox_options or {}, step_timeout
-        )
+        replayed = pipeline.replay_or_fail(trajectory, sandbox, sandbox_options or {}, step_timeout)
         report("real", 1)
-        return trajectory.with_observations(
-            [t.observation for t in observations],
+        return pipeline.with_initial(trajectory, replayed.initial).with_observations(
+            [t.observation for t in replayed.steps],
             "real",
             sandbox=backend_for(trajectory.domain.value, sandbox),
         )

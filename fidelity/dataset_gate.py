@@ -216,7 +216,8 @@ def _verify(
 
     def one(trajectory: Trajectory) -> TrajectoryRecord:
         started = time.perf_counter()
-        real, error = pipeline.replay_or_fail(trajectory, options.sandbox, {}, options.step_timeout)
+        replayed = pipeline.replay_or_fail(trajectory, options.sandbox, {}, options.step_timeout)
+        real, error = replayed.steps, replayed.error
         seconds = time.perf_counter() - started
         sim = [s.observation or Observation() for s in trajectory.steps]
         real_obs = [t.observation for t in real]

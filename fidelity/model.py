@@ -236,6 +236,11 @@ class EnvSpec(Strict):
     setup: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     description: str | None = Field(default=None, description="shown to the world model")
+    initial_observation: str | None = Field(
+        default=None,
+        description="what the agent sees before its first action (the web start page), shown "
+        "to the world model; a replay fills it from the real sandbox when it is not given",
+    )
 
     def digest(self) -> str:
         """Stable hash of the spec (cache keys, provenance)."""

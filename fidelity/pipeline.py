@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,9 +143,19 @@ def resolve_env(env: EnvSpec, base: Path) -> EnvSpec:
     return env.model_copy(update={"workdir": workdir, "setup": setup})
 
 
+@dataclass
+class Replayed:
+    """The real side of one trajectory: what reset showed, then one observation per step."""
+
+    initial: Observation | None
+    steps: list[TimedObservation]
+    error: str | None = None
+    """The sandbox failure that ended the trajectory (every step then failed)."""
+
+
 def replay(
     trajectory: Trajectory, backend: str | None, options: dict[str, Any], step_timeout: float
-) -> list[TimedObservation]:
+) -> Replayed:
     """Run every action of *trajectory* in a fresh real sandbox (always closed).
 
     *backend* None picks the trajectory's domain's own backend. Docker sandboxes
@@ -156,11 +167,11 @@ def replay(
         from fidelity.sandboxes.pool import shared_pool
 
         with shared_pool(options).lease(trajectory.env) as leased:
-            return _run_steps(leased, trajectory, step_timeout)
+            return Replayed(leased.last_reset, _run_steps(leased, trajectory, step_timeout))
     sandbox = get_sandbox(backend, **options)
     try:
-        sandbox.reset(trajectory.env)
-        return _run_steps(sandbox, trajectory, step_timeout)
+        initial = sandbox.reset(trajectory.env)
+        return Replayed(initial, _run_steps(sandbox, trajectory, step_timeout))
     finally:
         sandbox.close()
 
@@ -178,20 +189,33 @@ def _run_steps(
 
 def replay_or_fail(
     trajectory: Trajectory, backend: str | None, options: dict[str, Any], step_timeout: float
-) -> tuple[list[TimedObservation], str | None]:
+) -> Replayed:
     """:func:`replay`, with a sandbox failure of this trajectory turned into failed steps.
 
     A backend that cannot start at all (:class:`SandboxUnavailableError`) still
     raises: every other trajectory would fail the same way.
     """
     try:
-        return replay(trajectory, backend, options, step_timeout), None
+        return replay(trajectory, backend, options, step_timeout)
     except SandboxUnavailableError:
         raise
     except SandboxError as exc:
         error = f"{type(exc).__name__}: {exc}"
         failed = Observation(error=error)
-        return [TimedObservation(failed) for _ in trajectory.steps], error
+        return Replayed(None, [TimedObservation(failed) for _ in trajectory.steps], error)
+
+
+def with_initial(trajectory: Trajectory, initial: Observation | None) -> Trajectory:
+    """*trajectory* whose env carries the real start observation (the web start page).
+
+    The world model is shown it before the first action, as the agent was.
+    An env that already carries one keeps it; an empty start (a fresh shell)
+    adds nothing.
+    """
+    if trajectory.env.initial_observation is not None or initial is None or not initial.text:
+        return trajectory
+    env = trajectory.env.model_copy(update={"initial_observation": initial.text})
+    return trajectory.model_copy(update={"env": env})
 
 
 async def simulate(

@@ -165,6 +165,9 @@ class DockerSandbox(Sandbox):
             self._run_setup(index, command)
         return Observation(text="", exit_code=0, cwd=self._cwd)
 
+    last_reset: Observation | None = None
+    """What the last reset (or recycle) showed; a pool's lease keeps it for the caller."""
+
     def recycle(self, env: EnvSpec) -> Observation | None:
         """Reset this running container to *env* without a new start, or None (then ``reset``).
 

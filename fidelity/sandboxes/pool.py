@@ -63,13 +63,14 @@ class SandboxPool:
     def _ready(self, env: EnvSpec) -> DockerSandbox:
         with self._lock:
             warm = self._idle.pop() if self._idle else None
-        if warm is not None and warm.recycle(env) is not None:
+        if warm is not None and (initial := warm.recycle(env)) is not None:
+            warm.last_reset = initial
             with self._lock:
                 self.recycled += 1
             return warm
         sandbox = warm or new_sandbox(self.options)
         try:
-            sandbox.reset(env)
+            sandbox.last_reset = sandbox.reset(env)
         except BaseException:
             sandbox.close()
             raise

@@ -114,6 +114,7 @@ def render_system(trajectory: Trajectory, prompts_dir: Path | str | None = None)
             env_vars=dict(sorted(env.env.items())),
             cwd=SANDBOX_CWD,
             user=SANDBOX_USER,
+            initial_observation=(env.initial_observation or "").strip("\n"),
         )
         .strip()
     )

@@ -23,6 +23,7 @@ from fidelity.sandboxes import get_sandbox
 from fidelity.sandboxes.browser import BrowserConfig, BrowserSandbox, _marked_processes, sweep_stale
 from tests.conftest import require_binary, require_module
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
+from tests.worldmodels.wm_fake_server import FakeLLM
 
 LIBRARY = EnvSpec(backend="browser", project="library")
 pytestmark = pytest.mark.browser
@@ -244,3 +245,29 @@ def test_audit_web_domain_end_to_end(chromium: None, tmp_path: Path, db_path: Pa
     urls = [json.loads(s[0])["url"] for s in states if s[0]]
     assert len(urls) == totals.steps and all(u.startswith("http://localhost:8000/") for u in urls)
     assert report.read_text().lower().startswith("<!doctype html>")
+
+
+@pytest.mark.slow
+def test_world_model_is_shown_the_real_start_page(
+    chromium: None, tmp_path: Path, db_path: Path, fake_llm: FakeLLM
+) -> None:
+    from fidelity.batch import replay_suite
+    from fidelity.formats.jsonl import read_trajectories, write_trajectories
+
+    (trajectory,) = [t for t in load_suite(default_suite("web")) if t.id == "web-lib-search"]
+    suite = tmp_path / "one.jsonl"
+    write_trajectories(suite, [trajectory])
+    replay_suite(suite, tmp_path / "real.jsonl")
+    (replayed,) = read_trajectories(tmp_path / "real.jsonl")
+    start = replayed.env.initial_observation
+    assert (
+        start is not None and "RootWebArea" in start and "# url: 'http://localhost:8000/" in start
+    )
+
+    # The audit fills it from its own real reset and shows it in the system prompt.
+    sim = SimConfig(url=fake_llm.url, model="fake/agentworld-tiny")
+    run_audit(
+        AuditConfig(domain="web", suite=suite, db=db_path, sim=sim, mode="open-loop", report=None)
+    )
+    system = fake_llm.requests[0]["messages"][0]["content"]
+    assert "<initial_observation>\n" + start.strip("\n") + "\n</initial_observation>" in system
