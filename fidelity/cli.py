@@ -238,7 +238,12 @@ def audit(
     suite: Annotated[
         Path | None, typer.Argument(help="Suite JSONL (default: the bundled suite of --domain).")
     ] = None,
-    domain: Annotated[str, typer.Option("--domain", "-d", help="Domain to audit.")] = "terminal",
+    domain: Annotated[
+        str | None,
+        typer.Option(
+            "--domain", "-d", help="Domain to audit (default: the suite's, else terminal)."
+        ),
+    ] = None,
     sandbox: SandboxOption = None,
     sim_url: SimUrl = None,
     sim_model: SimModel = None,
@@ -279,8 +284,10 @@ def audit(
     from fidelity.audit import AuditConfig, new_run_id, run_audit
     from fidelity.compare import load_compare_config
     from fidelity.model import Domain
-    from fidelity.pipeline import check_domain
+    from fidelity.pipeline import check_domain, suite_domain
 
+    if domain is None:
+        domain = suite_domain(suite).value if suite is not None else "terminal"
     run_id = run_id or new_run_id()
     config = AuditConfig(
         domain=Domain(check_domain(domain, sandbox)),

@@ -42,7 +42,7 @@ from fidelity import pipeline
 from fidelity.analysis.cells import trajectory_horizons
 from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
 from fidelity.audit import code_version, new_run_id
-from fidelity.errors import InputFormatError, UsageError
+from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.gate import Policy, Verdict, evaluate, horizon_limit
 from fidelity.model import Observation, Trajectory
@@ -180,12 +180,7 @@ def stratified_sample(trajectories: Sequence[Trajectory], size: int | None, seed
 
 
 def _single_domain(trajectories: Sequence[Trajectory], path: Path) -> str:
-    if not trajectories:
-        raise UsageError(f"{path}: the dataset holds no trajectories")
-    domains = sorted({t.domain.value for t in trajectories})
-    if len(domains) > 1:
-        raise UsageError(f"{path}: mixed domains ({', '.join(domains)}); gate one domain per file")
-    return pipeline.check_domain(domains[0]).value
+    return pipeline.check_domain(pipeline.single_domain(list(trajectories), path)).value
 
 
 def _require_observations(trajectories: Sequence[Trajectory], path: Path) -> None:

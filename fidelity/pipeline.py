@@ -92,6 +92,21 @@ def load_suite(
     return [t.model_copy(update={"env": resolve_env(t.env, base)}) for t in trajectories]
 
 
+def single_domain(trajectories: list[Trajectory], path: str | os.PathLike[str]) -> Domain:
+    """The one domain of *trajectories* read from *path*; UsageError when empty or mixed."""
+    if not trajectories:
+        raise UsageError(f"{path}: the file holds no trajectories")
+    domains = sorted({t.domain.value for t in trajectories})
+    if len(domains) > 1:
+        raise UsageError(f"{path}: mixed domains ({', '.join(domains)}); use one domain per file")
+    return trajectories[0].domain
+
+
+def suite_domain(path: str | os.PathLike[str]) -> Domain:
+    """The domain of the suite at *path* (all its trajectories must share it)."""
+    return single_domain(read_trajectories(path), path)
+
+
 def check_domain(domain: Domain | str, backend: str | None = None) -> Domain:
     """*domain* as a :class:`Domain` that *backend* (default: the domain's own) can replay.
 

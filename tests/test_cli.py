@@ -102,6 +102,27 @@ def test_unknown_domain_and_bad_options(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no such database" in result.stderr
 
 
+def test_audit_takes_the_suites_domain(tmp_path: Path) -> None:
+    step = '"steps": [{"action": {"type": "text", "text": "tap Settings"}}]'
+    android = tmp_path / "android.jsonl"
+    android.write_text(f'{{"id": "a", "domain": "android", {step}}}\n')
+    result = invoke("audit", android, "--db", tmp_path / "f.duckdb")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "error: domain 'android' cannot be replayed yet; auditable: swe, terminal, web\n",
+    )
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(
+        f'{{"id": "a", "domain": "android", {step}}}\n{{"id": "b", "domain": "web", {step}}}\n'
+    )
+    result = invoke("audit", mixed, "--db", tmp_path / "f.duckdb")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"error: {mixed}: mixed domains (android, web); use one domain per file\n",
+    )
+    assert not (tmp_path / "f.duckdb").exists()
+
+
 def test_unreachable_endpoint_exit_2(tmp_path: Path, closed_port_url: str) -> None:
     result = invoke(
         "audit", "--sim-url", closed_port_url, "--sim-model", "m", "--db", tmp_path / "f.duckdb"
