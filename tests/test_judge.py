@@ -100,6 +100,15 @@ def test_good_scores_are_stored_and_agree_with_the_metrics(
     assert result.agreement.overall == pytest.approx(1.0)
     assert result.agreement.dimensions["factuality"] == pytest.approx(1.0)
     assert result.mean_scores["overall"] == pytest.approx(56.25)
+    # the run's summary and report carry the judge beside the metrics
+    from fidelity.analysis.summary import summarize
+    from fidelity.report.html import write_report
+
+    with Store(db_path, read_only=True) as store:
+        summary = summarize(store, "r1")
+    assert summary.judge is not None and summary.judge.spearman == pytest.approx(1.0)
+    html = write_report(summary, tmp_path / "judged.html").read_text()
+    assert 'id="judge-table"' in html and "56.250" in html
     # the request shows the action, both observations and the real history
     user = fake_llm.requests[1]["messages"][1]["content"]
     assert "t1" in user and "other" in user and "## Step 1" in user

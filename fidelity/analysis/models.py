@@ -158,6 +158,15 @@ class ModeSimulation(_Row):
     controllability: Controllability | None = None  # None: no step carries a control
 
 
+class JudgeFigures(_Row):
+    """The LLM judge's judgments of a run (``fidelity judge``) beside the metrics."""
+
+    steps: int  # judged steps with a comparison (judge failures left out)
+    spearman: float | None  # rho(judge overall, deterministic score); None below 3 steps
+    dimensions: dict[str, float | None]  # rho per AgentWorldBench dimension
+    mean_scores: dict[str, float]  # 0-100 per dimension, and overall
+
+
 class RunSummary(_Row):
     """Everything a report or gate needs about one run."""
 
@@ -173,4 +182,5 @@ class RunSummary(_Row):
     normalizations: list[NormalizationRow] = Field(default_factory=list)
     trend: list[TrendRow] = Field(default_factory=list)
     simulation: list[ModeSimulation] = Field(default_factory=list)
+    judge: JudgeFigures | None = None  # None: the run was not judged
     min_cell_steps: int = 30

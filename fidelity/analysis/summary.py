@@ -7,7 +7,15 @@ from typing import Any
 
 from fidelity.analysis import cells as _cells
 from fidelity.analysis.cells import MIN_CELL_STEPS, trust_horizon
-from fidelity.analysis.models import ActionRow, DepthRow, RunInfo, RunSummary, Totals, WorstStep
+from fidelity.analysis.models import (
+    ActionRow,
+    DepthRow,
+    JudgeFigures,
+    RunInfo,
+    RunSummary,
+    Totals,
+    WorstStep,
+)
 from fidelity.analysis.simulation import simulation_figures
 from fidelity.store import Store
 
@@ -62,6 +70,7 @@ def summarize(
             "normalizations": _cells.normalizations(store, run_id),
             "trend": _cells.trend(store, run_id),
             "simulation": simulation_figures(store, run_id),
+            "judge": _judge(store, run_id),
         }
     )
 
@@ -77,6 +86,24 @@ def headline_mode(run_mode: str) -> str | None:
 
 
 _MODE_FILTER = "(?::VARCHAR IS NULL OR c.mode = ?)"
+
+
+def _judge(store: Store, run_id: str) -> JudgeFigures | None:
+    """The judge's agreement with the metrics, when ``fidelity judge`` scored this run."""
+    row = store.connection.execute(
+        "SELECT count(*) FROM judgments WHERE run_id = ? AND error IS NULL", [run_id]
+    ).fetchone()
+    if not row or not row[0]:
+        return None
+    from fidelity.judge import judge_agreement  # the judge's client is only loaded when needed
+
+    agreement, means = judge_agreement(store, run_id)
+    return JudgeFigures(
+        steps=agreement.n,
+        spearman=agreement.overall,
+        dimensions=agreement.dimensions,
+        mean_scores=means,
+    )
 
 
 def _query(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any]]:

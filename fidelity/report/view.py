@@ -487,4 +487,5 @@ def detail_context(summary: RunSummary) -> dict[str, Any]:
         "trend": summary.trend,
         "trend_svg": trend_chart(summary.trend),
         "simulation": [s for s in summary.simulation if s.sampling or s.controllability],
+        "judge": summary.judge,
     }
