@@ -33,8 +33,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the package."""
-    session.install("-e", ".", MYPY, "pandas-stubs")
+    """mypy --strict over the package (with the web extra, whose modules it imports)."""
+    session.install("-e", ".[web]", MYPY, "pandas-stubs")  # web: Playwright, uvicorn
     session.run("mypy")
 
 
