@@ -37,8 +37,7 @@ from tests.worldmodels.wm_fake_server import MODEL
 ROOT = Path(__file__).resolve().parent.parent
 # (seconds per answer, trajectories): 50 ms is a short answer from a small model; a
 # Qwen-AgentWorld observation of a few hundred tokens takes seconds on vLLM, so 250 ms
-# is still on the fast side. At 50 ms the client's own CPU (~4 ms a request through
-# the openai SDK, on a 2-core machine shared with the server) bounds the ratio.
+# is still on the fast side.
 SETTINGS = ((0.05, 40), (0.25, 20))
 DEPTH = 5
 CACHED_TRAJECTORIES = 200  # 1000 steps for the cached rerun

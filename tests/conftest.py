@@ -8,14 +8,13 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from fidelity.model import CommandAction, Step, Trajectory
 from fidelity.resources import data_dir
-from tests.worldmodels.wm_fake_server import FakeLLM, make_handler
+from tests.worldmodels.wm_fake_server import FakeLLM, FakeServer, make_handler
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 TERMINAL = data_dir("sandboxes") / "terminal"
@@ -94,8 +93,7 @@ def command_trajectory(
 def fake_llm() -> Iterator[FakeLLM]:
     """A real loopback OpenAI-compatible server with scriptable failures; shut down after."""
     fake = FakeLLM()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(fake))
-    server.daemon_threads = True
+    server = FakeServer(("127.0.0.1", 0), make_handler(fake))
     fake.server = server
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()

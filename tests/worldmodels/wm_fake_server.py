@@ -120,6 +120,18 @@ def _completion(model: str, content: str | None) -> dict[str, Any]:
     }
 
 
+class FakeServer(ThreadingHTTPServer):
+    """A thread per connection; a listen backlog deep enough for a burst of connections.
+
+    The backlog is read when the socket starts listening (in the constructor):
+    setting it on an instance afterwards does nothing, and the default of 5 makes
+    a burst of 32 connections fail with resets.
+    """
+
+    daemon_threads = True
+    request_queue_size = 256
+
+
 def make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as vLLM and SGLang serve
@@ -190,9 +202,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
     args = parser.parse_args()
     fake = FakeLLM(default=Reply.slow(args.latency) if args.latency else Reply.ok())
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(fake))
-    server.daemon_threads = True
-    server.request_queue_size = 256
+    server = FakeServer(("127.0.0.1", 0), make_handler(fake))
     fake.server = server
     print(server.server_address[1], flush=True)
     server.serve_forever()
