@@ -25,17 +25,9 @@ from fidelity.judge import (
 from fidelity.model import Observation
 from fidelity.store import JudgmentRecord, Store, TimedObservation, TrajectoryRecord
 from tests.conftest import command_trajectory
+from tests.test_store import INFO
 from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
 
-INFO = {
-    "domain": "terminal",
-    "sandbox": "local",
-    "world_model": {"backend": "copy"},
-    "mode": "teacher-forced",
-    "suite": "suite.jsonl",
-    "suite_digest": "abc",
-    "code_version": "test",
-}
 METRIC = [1.0, 0.8, 0.55, 0.3]
 """Deterministic scores of the four stored steps (trajectory t1: depths 1-2, t2: 1-2)."""
 

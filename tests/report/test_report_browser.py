@@ -13,6 +13,7 @@ from fidelity.analysis.summary import summarize
 from fidelity.compare.base import StepComparison
 from fidelity.model import Observation
 from fidelity.report import write_report
+from fidelity.sandboxes.browser import CHROMIUM_FLAGS, BrowserConfig
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
 from tests.conftest import command_trajectory, require_binary, require_module
 from tests.report.conftest import PAYLOADS
@@ -20,23 +21,17 @@ from tests.test_store import INFO
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     require_binary("chromium", "apt-get install chromium")
     playwright_api: Any = require_module("playwright.sync_api", "pip install -e '.[test]'")
     with playwright_api.sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        # The web sandbox's own Chromium settings: nothing but loopback is reachable, so a
+        # report that tried to fetch anything from a CDN would show it.
+        chromium = driver.chromium.launch(
+            executable_path=BrowserConfig().executable, args=list(CHROMIUM_FLAGS), headless=True
+        )
         try:
             yield chromium
         finally:

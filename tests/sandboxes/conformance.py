@@ -1,8 +1,9 @@
 """The conformance suite every Sandbox backend passes.
 
 A backend's test module defines a ``sandbox`` fixture yielding a fresh
-(unstarted) sandbox and a ``workdir`` fixture, then star-imports this module:
-the same actions must give the same observations on every backend.
+(unstarted) sandbox, then star-imports this module (which brings the
+``workdir`` fixture): the same actions must give the same observations on
+every backend.
 """
 
 from __future__ import annotations
@@ -10,8 +11,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from fidelity.model import CommandAction, EnvSpec, KeystrokesAction
 from fidelity.sandboxes.base import Sandbox
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """The project every conformance test starts in: one file, ``hello.txt``."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "hello.txt").write_text("hello world\n")
+    return folder
 
 
 def run(sandbox: Sandbox, command: str, timeout: float = 10.0):  # type: ignore[no-untyped-def]

@@ -28,14 +28,6 @@ def terminal_image(docker: None) -> str:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    folder = tmp_path / "project"
-    folder.mkdir()
-    (folder / "hello.txt").write_text("hello world\n")
-    return folder
-
-
-@pytest.fixture
 def sandbox(terminal_image: str) -> Iterator[DockerSandbox]:
     box = DockerSandbox(DockerConfig(image=terminal_image, step_timeout=10, max_disk_mb=64))
     try:

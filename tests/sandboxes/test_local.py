@@ -20,14 +20,6 @@ pytestmark = pytest.mark.bwrap
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    folder = tmp_path / "project"
-    folder.mkdir()
-    (folder / "hello.txt").write_text("hello world\n")
-    return folder
-
-
-@pytest.fixture
 def sandbox(bwrap: None) -> Iterator[LocalSandbox]:
     box = LocalSandbox(LocalConfig(step_timeout=10, max_disk_mb=64))
     try:
