@@ -22,15 +22,13 @@ to every domain; ``[domains.X.warn]`` overrides it key by key.
 from __future__ import annotations
 
 import os
-import tomllib
-from pathlib import Path
 from typing import Literal
 from xml.etree import ElementTree
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.analysis.models import RunSummary
-from fidelity.errors import InputFormatError, NotFoundError
+from fidelity.formats.toml import load_toml_model
 from fidelity.model import Domain
 
 
@@ -102,19 +100,7 @@ class Verdict(BaseModel):
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Parse and validate a TOML policy; errors name the file and the field."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"{path}: no such policy file") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise InputFormatError(str(path), None, None, f"invalid TOML ({exc})") from exc
-    try:
-        return Policy.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise InputFormatError(str(path), None, field, first["msg"]) from exc
+    return load_toml_model(path, Policy, "policy")
 
 
 def evaluate(summary: RunSummary, policy: Policy) -> Verdict:

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Sequence
-from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fidelity.compare.normalize import (
     DEFAULT_RULES,
@@ -32,7 +30,7 @@ from fidelity.compare.normalize import (
     TRUNCATE_RULE,
     Rule,
 )
-from fidelity.errors import InputFormatError, UsageError
+from fidelity.formats.toml import load_toml_model
 
 WHOLE_TEXT_RULES = frozenset({TRUNCATE_RULE, ORDER_RULE, GIT_ID_RULE})
 """Rules that are not regex rewrites but can be switched off too."""
@@ -131,16 +129,4 @@ def load_compare_config(path: str | os.PathLike[str] | None) -> CompareConfig:
     """
     if path is None:
         return CompareConfig()
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read compare config: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputFormatError(str(path), None, None, f"invalid TOML: {exc}") from None
-    try:
-        return CompareConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise InputFormatError(str(path), None, field, first["msg"]) from None
+    return load_toml_model(path, CompareConfig, "compare config")
