@@ -36,16 +36,8 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.config import CompareConfig
-from fidelity.compare.normalize import Normalizer, merge_counts
-from fidelity.compare.structured import (
-    infra_failure,
-    overlap,
-    threshold_of,
-    value_normalizer,
-    verdict,
-)
-from fidelity.compare.terminal import TerminalComparator
+from fidelity.compare.normalize import Normalizer
+from fidelity.compare.structured import ItemComparator, overlap, verdict
 from fidelity.model import Observation
 
 BOUNDS_STEP = 10
@@ -179,18 +171,10 @@ def element_entities(elements: list[Element]) -> set[str]:
     return found
 
 
-class AndroidComparator:
+class AndroidComparator(ItemComparator[Element]):
     """Compares UI element lists (the ``android`` domain); fixed threshold, see the module doc."""
 
     domain = "android"
-
-    def __init__(
-        self, threshold: float | None = None, *, config: CompareConfig | None = None
-    ) -> None:
-        config = config or CompareConfig()
-        self.threshold = threshold_of(self.domain, config, threshold)
-        self.normalizer = value_normalizer(config)
-        self.text = TerminalComparator(self.threshold, config=config, calibrated=False)
 
     def parse(self, observation: Observation) -> tuple[list[Element], dict[str, int]]:
         """The compared elements of *observation* and the normalizations that fired."""
@@ -201,25 +185,27 @@ class AndroidComparator:
             counts["android_chrome"] = len(items) - len(kept)
         return [to_element(i, self.normalizer, counts) for i in kept], counts
 
-    def entities(self, observation: Observation, context: CompareContext) -> set[str]:
-        """The entities of one observation (for cross-turn consistency)."""
-        return element_entities(self.parse(observation)[0])
+    def item_entities(self, items: list[Element]) -> set[str]:
+        """UI labels and resource ids of *items*."""
+        return element_entities(items)
 
-    def compare(
-        self, real: Observation, sim: Observation, context: CompareContext
+    def structured(
+        self, real: list[Element], sim: list[Element], normalizations: dict[str, int]
+    ) -> bool:
+        """A side has elements, or had only status-bar/keyboard ones (then both agree on none)."""
+        return bool(real or sim or normalizations)
+
+    def score_items(
+        self,
+        real: list[Element],
+        sim: list[Element],
+        context: CompareContext,
+        normalizations: dict[str, int],
     ) -> StepComparison:
-        """Score *sim* against *real* for the step described by *context*."""
-        failed = infra_failure(real, sim)
-        if failed is not None:
-            return failed
-        (real_el, real_counts), (sim_el, sim_counts) = self.parse(real), self.parse(sim)
-        if not real_el and not sim_el and not (real_counts or sim_counts):
-            return self.text.compare(real, sim, context)
-        precision, recall, f1 = overlap(
-            Counter(e.key for e in real_el), Counter(e.key for e in sim_el)
-        )
-        bounds, flags, mismatches = _matched(real_el, sim_el)
-        real_e, sim_e = element_entities(real_el), element_entities(sim_el)
+        """Element overlap, rounded bounds and flags of matched elements, entities."""
+        precision, recall, f1 = overlap(Counter(e.key for e in real), Counter(e.key for e in sim))
+        bounds, flags, mismatches = _matched(real, sim)
+        real_e, sim_e = element_entities(real), element_entities(sim)
         return verdict(
             score=0.6 * f1 + 0.2 * bounds + 0.2 * flags,
             threshold=self.threshold,
@@ -233,7 +219,7 @@ class AndroidComparator:
             sim_only=sim_e - real_e,
             real_only=real_e - sim_e,
             context=context,
-            normalizations=merge_counts(real_counts, sim_counts),
+            normalizations=normalizations,
             mismatches=mismatches,
         )
 

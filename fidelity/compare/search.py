@@ -32,16 +32,7 @@ from typing import Any, NamedTuple
 from rapidfuzz import fuzz
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.config import CompareConfig
-from fidelity.compare.normalize import Normalizer
-from fidelity.compare.structured import (
-    infra_failure,
-    overlap,
-    threshold_of,
-    value_normalizer,
-    verdict,
-)
-from fidelity.compare.terminal import TerminalComparator
+from fidelity.compare.structured import ItemComparator, overlap, verdict
 from fidelity.model import Observation
 
 _NUMBERED_RE = re.compile(r"^[ \t]*(?:\[\d+\]|\d+[.)])[ \t]+(.+)$", re.MULTILINE)
@@ -117,18 +108,10 @@ def result_entities(results: list[Result]) -> set[str]:
     return found
 
 
-class SearchComparator:
+class SearchComparator(ItemComparator[Result]):
     """Compares search result lists (the ``search`` domain); fixed threshold, see the module doc."""
 
     domain = "search"
-
-    def __init__(
-        self, threshold: float | None = None, *, config: CompareConfig | None = None
-    ) -> None:
-        config = config or CompareConfig()
-        self.threshold = threshold_of(self.domain, config, threshold)
-        self.normalizer: Normalizer = value_normalizer(config)
-        self.text = TerminalComparator(self.threshold, config=config, calibrated=False)
 
     def parse(self, observation: Observation) -> tuple[list[Result], dict[str, int]]:
         """The results of *observation* (titles normalized) and the normalizations that fired."""
@@ -140,25 +123,23 @@ class SearchComparator:
             results.append(Result(title, result.url))
         return results, dict(counts)
 
-    def entities(self, observation: Observation, context: CompareContext) -> set[str]:
-        """The entities of one observation (for cross-turn consistency)."""
-        return result_entities(self.parse(observation)[0])
+    def item_entities(self, items: list[Result]) -> set[str]:
+        """``url:`` and ``title:`` entities of *items*."""
+        return result_entities(items)
 
-    def compare(
-        self, real: Observation, sim: Observation, context: CompareContext
+    def score_items(
+        self,
+        real: list[Result],
+        sim: list[Result],
+        context: CompareContext,
+        normalizations: dict[str, int],
     ) -> StepComparison:
-        """Score *sim* against *real* for the step described by *context*."""
-        failed = infra_failure(real, sim)
-        if failed is not None:
-            return failed
-        (real_r, real_counts), (sim_r, sim_counts) = self.parse(real), self.parse(sim)
-        if not real_r and not sim_r:
-            return self.text.compare(real, sim, context)
+        """URL overlap, title similarity and rank correlation, entities."""
         precision, recall, f1 = overlap(
-            Counter({r.url for r in real_r if r.url}), Counter({r.url for r in sim_r if r.url})
+            Counter({r.url for r in real if r.url}), Counter({r.url for r in sim if r.url})
         )
-        titles, rank = _title_and_rank(real_r, sim_r)
-        real_e, sim_e = result_entities(real_r), result_entities(sim_r)
+        titles, rank = _title_and_rank(real, sim)
+        real_e, sim_e = result_entities(real), result_entities(sim)
         return verdict(
             score=0.5 * f1 + 0.25 * titles + 0.25 * rank,
             threshold=self.threshold,
@@ -172,7 +153,7 @@ class SearchComparator:
             sim_only=sim_e - real_e,
             real_only=real_e - sim_e,
             context=context,
-            normalizations=dict(Counter(real_counts) + Counter(sim_counts)),
+            normalizations=normalizations,
         )
 
 

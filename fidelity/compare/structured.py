@@ -2,8 +2,11 @@
 
 These comparators parse both observations into structures (nodes, elements,
 key paths, results), score the overlap, and name the entities one side has
-and the other lacks. Their drift thresholds are fixed and documented in each
-module: unlike the terminal domain there is no calibration data for them yet.
+and the other lacks. Web and swe verdicts are calibrated on real replays
+(``calibration/web.json``, ``swe.json``); the other domains have no real
+sandbox to build calibration data from, so their thresholds are fixed and
+documented in each module. :class:`ItemComparator` is the skeleton of those
+that parse each side into a list of items (android, search, web).
 
 Drift rule shared by all of them: the score is below the threshold, or a hard
 mismatch was found (a flipped test outcome, a changed value…), or any entity
@@ -14,14 +17,18 @@ hallucinations.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Hashable, Iterable
+from typing import Generic, TypeVar
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.normalize import Normalizer, normalizer_for
-from fidelity.compare.terminal import MAX_LISTED, context_texts
+from fidelity.compare.normalize import Normalizer, merge_counts, normalizer_for
+from fidelity.compare.terminal import MAX_LISTED, TerminalComparator, context_texts
 from fidelity.model import Observation
+
+Item = TypeVar("Item")
 
 DEFAULT_STRUCTURED_THRESHOLD = 0.9
 """Fixed drift threshold of the structured domains (no calibration data for them)."""
@@ -126,3 +133,61 @@ def threshold_of(domain: str, config: CompareConfig, threshold: float | None) ->
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {value}")
     return value
+
+
+class ItemComparator(ABC, Generic[Item]):
+    """A comparator that parses each side into a list of items (elements, results, nodes).
+
+    It holds the shared parts: the threshold (explicit, configured, or the fixed
+    default), the value normalizer, a terminal comparator for text that holds
+    no items, the entities of one observation, and the order of a comparison:
+    an infrastructure failure first, plain text when neither side has
+    structure, else the subclass's :meth:`score_items`.
+    """
+
+    domain: str
+
+    def __init__(self, threshold: float | None = None, *, config: CompareConfig | None = None):
+        config = config or CompareConfig()
+        self.threshold = threshold_of(self.domain, config, threshold)
+        self.normalizer: Normalizer = value_normalizer(config)
+        self.text = TerminalComparator(self.threshold, config=config, calibrated=False)
+
+    @abstractmethod
+    def parse(self, observation: Observation) -> tuple[list[Item], dict[str, int]]:
+        """The items of *observation* and the normalizations that fired."""
+
+    @abstractmethod
+    def item_entities(self, items: list[Item]) -> set[str]:
+        """The entities named by *items*."""
+
+    @abstractmethod
+    def score_items(
+        self,
+        real: list[Item],
+        sim: list[Item],
+        context: CompareContext,
+        normalizations: dict[str, int],
+    ) -> StepComparison:
+        """The verdict on two parsed sides, at least one of them structured."""
+
+    def structured(self, real: list[Item], sim: list[Item], normalizations: dict[str, int]) -> bool:
+        """Whether the step is compared item by item (else as plain text): a side has items."""
+        return bool(real or sim)
+
+    def entities(self, observation: Observation, context: CompareContext) -> set[str]:
+        """The entities of one observation (for cross-turn consistency)."""
+        return self.item_entities(self.parse(observation)[0])
+
+    def compare(
+        self, real: Observation, sim: Observation, context: CompareContext
+    ) -> StepComparison:
+        """Score *sim* against *real* for the step described by *context*."""
+        failed = infra_failure(real, sim)
+        if failed is not None:
+            return failed
+        (real_items, real_counts), (sim_items, sim_counts) = self.parse(real), self.parse(sim)
+        counts = merge_counts(real_counts, sim_counts)
+        if not self.structured(real_items, sim_items, counts):
+            return self.text.compare(real, sim, context)
+        return self.score_items(real_items, sim_items, context, counts)

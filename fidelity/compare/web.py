@@ -48,15 +48,7 @@ from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration import Calibration, load_calibration
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import merge_counts
-from fidelity.compare.structured import (
-    infra_failure,
-    listed,
-    overlap,
-    threshold_of,
-    value_normalizer,
-    verdict,
-)
-from fidelity.compare.terminal import TerminalComparator
+from fidelity.compare.structured import ItemComparator, listed, overlap, verdict
 from fidelity.model import Observation
 
 _BID_RE = re.compile(r"^([ \t]*)\[[^\]\s]*\][ \t]*", re.MULTILINE)
@@ -123,7 +115,7 @@ def tree_entities(nodes: list[Node]) -> set[str]:
     return found
 
 
-class WebComparator:
+class WebComparator(ItemComparator[Node]):
     """Compares accessibility trees (the ``web`` domain); calibrated, see the module doc."""
 
     domain = "web"
@@ -136,13 +128,11 @@ class WebComparator:
         calibrated: bool = True,
     ) -> None:
         config = config or CompareConfig()
+        super().__init__(threshold, config=config)
         fixed = threshold is not None or self.domain in config.thresholds
         self.calibration: Calibration | None = (
             load_calibration(self.domain) if calibrated and not fixed else None
         )
-        self.threshold = threshold_of(self.domain, config, threshold)
-        self.normalizer = value_normalizer(config)
-        self.text = TerminalComparator(self.threshold, config=config, calibrated=False)
 
     def parse(self, observation: Observation) -> tuple[list[Node], dict[str, int]]:
         """The nodes of *observation* and the normalizations that fired."""
@@ -150,20 +140,18 @@ class WebComparator:
         text, counts = self.normalizer.cached(text)
         return parse_tree(text), merge_counts(counts, {"web_bid": bids} if bids else {})
 
-    def entities(self, observation: Observation, context: CompareContext) -> set[str]:
-        """The entities of one observation (for cross-turn consistency)."""
-        return tree_entities(self.parse(observation)[0])
+    def item_entities(self, items: list[Node]) -> set[str]:
+        """UI labels and URLs of *items*."""
+        return tree_entities(items)
 
-    def compare(
-        self, real: Observation, sim: Observation, context: CompareContext
+    def score_items(
+        self,
+        real_nodes: list[Node],
+        sim_nodes: list[Node],
+        context: CompareContext,
+        normalizations: dict[str, int],
     ) -> StepComparison:
-        """Score *sim* against *real* for the step described by *context*."""
-        failed = infra_failure(real, sim)
-        if failed is not None:
-            return failed
-        (real_nodes, real_counts), (sim_nodes, sim_counts) = self.parse(real), self.parse(sim)
-        if not real_nodes and not sim_nodes:
-            return self.text.compare(real, sim, context)
+        """Node overlap, tree similarity, property agreement, entities; then the calibration."""
         real_keys: Counter[Hashable] = Counter(n.key for n in real_nodes)
         sim_keys: Counter[Hashable] = Counter(n.key for n in sim_nodes)
         precision, recall, f1 = overlap(real_keys, sim_keys)
@@ -186,7 +174,7 @@ class WebComparator:
             sim_only=sim_e - real_e,
             real_only=real_e - sim_e,
             context=context,
-            normalizations=merge_counts(real_counts, sim_counts),
+            normalizations=normalizations,
             mismatches=mismatches,
         )
         if self.calibration is None:
