@@ -365,13 +365,7 @@ def simulate(
     top_k: TopK = 20,
     prompts_dir: PromptsDir = None,
     samples: SamplesOption = 1,
-    mode: Annotated[
-        str,
-        typer.Option(
-            "--mode",
-            help="teacher-forced (real history), open-loop (the model's own history) or both.",
-        ),
-    ] = "open-loop",
+    mode: ModeOption = "open-loop",
     as_json: JsonOption = False,
 ) -> None:
     """Predict observations with the world model only; write simulated trajectories."""
