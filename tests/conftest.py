@@ -6,6 +6,7 @@ import importlib
 import os
 import shutil
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,3 +113,26 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
+
+
+def audit_argv(tmp_path: Path, suite: Path, db: Path, run_id: str, *extra: str) -> list[str]:
+    """``python -m fidelity audit`` of *suite* into *db* as a subprocess would run it
+    (copy baseline, 120 s steps, report in *tmp_path*), plus *extra* options."""
+    return [
+        sys.executable,
+        "-m",
+        "fidelity",
+        "audit",
+        str(suite),
+        *extra,
+        "--db",
+        str(db),
+        "--run-id",
+        run_id,
+        "--timeout",
+        "120",
+        "--sim-baseline",
+        "copy",
+        "--report",
+        str(tmp_path / "r.html"),
+    ]

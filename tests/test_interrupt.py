@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from fidelity.formats.jsonl import write_trajectories
-from tests.conftest import command_trajectory
+from tests.conftest import audit_argv, command_trajectory
 
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap, pytest.mark.usefixtures("bwrap")]
 
@@ -37,23 +37,7 @@ def start_audit(tmp_path: Path, sandbox_tmp: Path, run_id: str) -> subprocess.Po
         slow = command_trajectory("slow", "echo start", "sleep 60", "echo end")
         quick = command_trajectory("quick", "echo hi")
         write_trajectories(suite, [quick, slow])
-    argv = [
-        sys.executable,
-        "-m",
-        "fidelity",
-        "audit",
-        str(suite),
-        "--db",
-        str(tmp_path / "f.duckdb"),
-        "--run-id",
-        run_id,
-        "--timeout",
-        "120",
-        "--sim-baseline",
-        "copy",
-        "--report",
-        str(tmp_path / "r.html"),
-    ]
+    argv = audit_argv(tmp_path, suite, tmp_path / "f.duckdb", run_id)
     env = {**os.environ, "TMPDIR": str(sandbox_tmp)}
     return subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

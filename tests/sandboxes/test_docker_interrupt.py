@@ -13,7 +13,7 @@ import pytest
 
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.sandboxes.images import ensure_image
-from tests.conftest import command_trajectory
+from tests.conftest import audit_argv, command_trajectory
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -21,28 +21,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 @pytest.fixture(scope="module")
 def image(docker: None) -> str:
     return ensure_image("terminal")
-
-
-def audit_argv(tmp_path: Path, suite: Path, db: str, run_id: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "fidelity",
-        "audit",
-        str(suite),
-        "--sandbox",
-        "docker",
-        "--db",
-        str(tmp_path / db),
-        "--run-id",
-        run_id,
-        "--timeout",
-        "120",
-        "--sim-baseline",
-        "copy",
-        "--report",
-        str(tmp_path / "r.html"),
-    ]
 
 
 def containers(owner: int | None = None, run_id: str | None = None) -> list[str]:
@@ -62,7 +40,7 @@ def start(tmp_path: Path, run_id: str) -> subprocess.Popen[str]:
     quick = command_trajectory("quick", "echo hi")
     write_trajectories(suite, [quick, slow])
     proc = subprocess.Popen(
-        audit_argv(tmp_path, suite, "f.duckdb", run_id),
+        audit_argv(tmp_path, suite, tmp_path / "f.duckdb", run_id, "--sandbox", "docker"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -95,7 +73,7 @@ def test_sigkill_leftovers_are_swept_by_the_next_audit(tmp_path: Path, image: st
     suite = tmp_path / "quick.jsonl"
     write_trajectories(suite, [command_trajectory("quick", "echo hi")])
     rerun = subprocess.run(
-        audit_argv(tmp_path, suite, "g.duckdb", "dk-next"),
+        audit_argv(tmp_path, suite, tmp_path / "g.duckdb", "dk-next", "--sandbox", "docker"),
         capture_output=True,
         text=True,
         timeout=120,
