@@ -19,6 +19,7 @@ from fidelity import pipeline
 from fidelity.analysis.models import RunSummary
 from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
 from fidelity.compare import CompareConfig
+from fidelity.errors import UsageError
 from fidelity.gate import Verdict, evaluate, horizon_limit, load_policy
 from fidelity.model import Domain, Observation, Trajectory, stable_hash
 from fidelity.pipeline import SimConfig
@@ -34,7 +35,9 @@ class AuditConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    domain: Domain = Domain.terminal
+    domain: Domain | None = Field(
+        default=None, description="default: the suite's own domain; terminal without a suite"
+    )
     suite: Path | None = Field(default=None, description="default: the bundled suite of the domain")
     sandbox: str | None = Field(default=None, description="default: the domain's own backend")
     sandbox_options: dict[str, Any] = Field(default_factory=dict)
@@ -64,9 +67,18 @@ class AuditConfig(BaseModel):
         return "+".join(mode.value for mode in self.modes)
 
     @property
+    def audited_domain(self) -> Domain:
+        """``domain``, which :func:`run_audit` takes from the suite when it is not given."""
+        if self.domain is None:
+            raise UsageError(
+                "the audit's domain is not known yet (run_audit reads it from the suite)"
+            )
+        return self.domain
+
+    @property
     def backend(self) -> str:
         """The sandbox backend this audit replays in (``sandbox``, or the domain's own)."""
-        return backend_for(self.domain.value, self.sandbox)
+        return backend_for(self.audited_domain.value, self.sandbox)
 
 
 class AuditResult(BaseModel):
@@ -98,9 +110,14 @@ def run_audit(
     """
     started = time.perf_counter()
     config.sim.check()
-    pipeline.check_domain(config.domain, config.sandbox)
-    suite_path = config.suite or default_suite(config.domain.value)
-    trajectories = pipeline.load_suite(suite_path, config.domain)[: config.limit]
+    if config.domain is not None:
+        pipeline.check_domain(config.domain, config.sandbox)
+    suite_path = config.suite or default_suite((config.domain or Domain.terminal).value)
+    trajectories = pipeline.load_suite(suite_path, config.domain)
+    if config.domain is None:
+        domain = pipeline.single_domain(trajectories, suite_path)
+        config = config.model_copy(update={"domain": pipeline.check_domain(domain, config.sandbox)})
+    trajectories = trajectories[: config.limit]
     policy = load_policy(config.policy) if config.policy else None
     # The retrieval baseline indexes this run's real replays, so it is built after them.
     model = None if _needs_real_corpus(config.sim) else build_world_model(config.sim)[0]
@@ -117,7 +134,7 @@ def run_audit(
     report_ready = _report_writer()  # import early: a broken install fails before any work
     progress = progress or (lambda phase, n: None)
     limit = (
-        horizon_limit(policy, config.domain.value, DEFAULT_HORIZON_LIMIT)
+        horizon_limit(policy, config.audited_domain.value, DEFAULT_HORIZON_LIMIT)
         if policy
         else DEFAULT_HORIZON_LIMIT
     )
@@ -263,7 +280,9 @@ class _Runner:
             trajectory,
             self.config.backend,
             {
-                **default_options(self.config.backend, self.config.domain.value, self.run_id),
+                **default_options(
+                    self.config.backend, self.config.audited_domain.value, self.run_id
+                ),
                 **self.config.sandbox_options,
             },
             self.config.step_timeout,
@@ -408,7 +427,7 @@ def _run_info(
     config: AuditConfig, suite: Path, trajectories: list[Trajectory], world_model: dict[str, Any]
 ) -> dict[str, Any]:
     return {
-        "domain": config.domain.value,
+        "domain": config.audited_domain.value,
         "sandbox": config.backend,
         "world_model": world_model,
         "mode": config.mode_label,

@@ -283,14 +283,11 @@ def audit(
     """Replay a suite for real and through the world model, compare, store, report."""
     from fidelity.audit import AuditConfig, new_run_id, run_audit
     from fidelity.compare import load_compare_config
-    from fidelity.model import Domain
-    from fidelity.pipeline import check_domain, suite_domain
+    from fidelity.pipeline import check_domain
 
-    if domain is None:
-        domain = suite_domain(suite).value if suite is not None else "terminal"
     run_id = run_id or new_run_id()
     config = AuditConfig(
-        domain=Domain(check_domain(domain, sandbox)),
+        domain=check_domain(domain, sandbox) if domain is not None else None,
         suite=suite,
         sandbox=sandbox,
         step_timeout=timeout,

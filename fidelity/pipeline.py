@@ -102,11 +102,6 @@ def single_domain(trajectories: list[Trajectory], path: str | os.PathLike[str]) 
     return trajectories[0].domain
 
 
-def suite_domain(path: str | os.PathLike[str]) -> Domain:
-    """The domain of the suite at *path* (all its trajectories must share it)."""
-    return single_domain(read_trajectories(path), path)
-
-
 def check_domain(domain: Domain | str, backend: str | None = None) -> Domain:
     """*domain* as a :class:`Domain` that *backend* (default: the domain's own) can replay.
 

@@ -264,10 +264,10 @@ def test_world_model_is_shown_the_real_start_page(
         start is not None and "RootWebArea" in start and "# url: 'http://localhost:8000/" in start
     )
 
-    # The audit fills it from its own real reset and shows it in the system prompt.
+    # The audit fills it from its own real reset and shows it in the system prompt; the
+    # domain comes from the suite.
     sim = SimConfig(url=fake_llm.url, model="fake/agentworld-tiny")
-    run_audit(
-        AuditConfig(domain="web", suite=suite, db=db_path, sim=sim, mode="open-loop", report=None)
-    )
+    result = run_audit(AuditConfig(suite=suite, db=db_path, sim=sim, mode="open-loop", report=None))
+    assert result.summary.run.domain == "web" and result.summary.run.sandbox == "browser"
     system = fake_llm.requests[0]["messages"][0]["content"]
     assert "<initial_observation>\n" + start.strip("\n") + "\n</initial_observation>" in system
