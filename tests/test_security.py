@@ -108,7 +108,8 @@ def run_text(seen: str, command: str) -> str:
 
 @pytest.mark.bwrap
 def test_bubblewrap_pid_one_has_only_a_path(bwrap: None, planted: Planted) -> None:
-    from fidelity.sandboxes.local import SANDBOX_ENVIRONMENT, LocalSandbox
+    from fidelity.sandboxes.local import LocalSandbox
+    from fidelity.sandboxes.shell import SANDBOX_ENVIRONMENT
 
     box = LocalSandbox()
     try:

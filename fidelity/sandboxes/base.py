@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from abc import ABC, abstractmethod
 from types import TracebackType
@@ -80,3 +81,24 @@ def close_all() -> int:
 
 
 atexit.register(close_all)
+
+
+def dead_owner(pid: int, owner: int | None) -> bool:
+    """Whether leftovers of process *pid* are to be swept (a sweeper's test).
+
+    With *owner*, only that (dead) process's, whatever ``kill -0`` says (a dead
+    owner may still be a zombie); without, those of every dead process.
+    """
+    if owner is not None:
+        return pid == owner
+    return not (pid > 0 and (pid == os.getpid() or _alive(pid)))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

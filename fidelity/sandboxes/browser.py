@@ -565,12 +565,12 @@ def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:
 
     With *owner*, only that (dead) process's.
     """
-    from fidelity.sandboxes.local import _dead_owner
+    from fidelity.sandboxes.base import dead_owner
 
     removed = 0
     for pid, cmdline in _marked_processes(f"{OWNER_FLAG}="):
         text = cmdline.split(f"{OWNER_FLAG}=", 1)[1].split("\0", 1)[0]
-        if text.isdigit() and _dead_owner(int(text), owner):
+        if text.isdigit() and dead_owner(int(text), owner):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 removed += 1
@@ -578,7 +578,7 @@ def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:
     for folder in base.glob(f"{_ROOT_PREFIX}*"):
         owner_file = folder / "owner.pid"
         text = owner_file.read_text().strip() if owner_file.is_file() else ""
-        if _dead_owner(int(text) if text.isdigit() else -1, owner):
+        if dead_owner(int(text) if text.isdigit() else -1, owner):
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
     return removed

@@ -9,11 +9,10 @@ memory and CPU limits of the container's cgroup, ``RLIMIT_DATA`` and
 left. The workdir, ``~/.gitconfig`` and ``@file`` setup scripts are copied in
 with ``put_archive`` before the container starts, fresh for every reset.
 
-Protocol: the shell is a ``docker exec -i`` whose multiplexed stream keeps
-stdout and stderr apart. The shell moves its own stderr to fd 3 and merges
-fd 2 into stdout, so everything the command prints arrives on stdout, and the
-wrapper (the same as the local backend's) writes ``<nonce> <exit code>
-<cwd>\\0`` to fd 3: the exec's stderr stream is the side channel. On a
+Protocol: :mod:`fidelity.sandboxes.shell` over a ``docker exec -i``
+(:class:`~fidelity.sandboxes.shell.DockerExecTransport`), whose multiplexed
+stream keeps stdout and stderr apart: the exec's stderr stream is the status
+channel, everything the command prints comes on stdout. On a
 timeout, a process or memory limit, a disk quota or a shell that exited, the
 container is killed and started again (its files survive, its processes and
 ``/tmp`` do not) and a fresh shell starts at the last known cwd.
@@ -28,9 +27,7 @@ import itertools
 import json
 import os
 import secrets
-import selectors
 import socket
-import struct
 import tarfile
 import threading
 import time
@@ -42,36 +39,28 @@ from pydantic import Field
 from fidelity.errors import SandboxError, SetupFailedError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
-from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.config import ShellLimits
 from fidelity.sandboxes.images import AGENT_UID, docker_client, ensure_image
-from fidelity.sandboxes.local import (
-    _GITCONFIG,
+from fidelity.sandboxes.shell import (
+    CONTROL,
+    GITCONFIG,
     HOME,
+    MOUNT,
     SANDBOX_ENVIRONMENT,
+    SHELL_ARGV,
     TAMPERED,
-    _ansi_c_quote,
-    _Output,
-    _parse_status,
-    _quote,
-    status_junk,
+    DockerExecTransport,
+    Output,
+    ShellSession,
+    Step,
+    quote,
 )
 
-MOUNT = "/workspace"
-CONTROL = "/run/fidelity"
 LABEL_OWNER = "fidelity.owner_pid"
 LABEL_HOST = "fidelity.owner_host"
 LABEL_RUN = "fidelity.run"
-_STATUS_FD = 3
-_MARK_FD = 4
 _TMUX = "tmux -L fidelity"
-_SHELL = [
-    "/bin/bash",
-    "--noprofile",
-    "--norc",
-    "-c",
-    f"exec {_STATUS_FD}>&2 {_MARK_FD}>&1 2>&1; exec /bin/bash --noprofile --norc",
-]
 _counter = itertools.count(1)
 _image_cache: dict[str, str] = {}
 _image_lock = threading.Lock()
@@ -113,7 +102,8 @@ class DockerSandbox(Sandbox):
         self.config = config or DockerConfig()
         self._client: Any = None
         self._container: Any = None
-        self._shell: _Shell | None = None
+        self._shell: ShellSession | None = None
+        self._exec_id: str | None = None  # the shell's docker exec
         self._env: EnvSpec | None = None
         self._cwd = MOUNT
         self._partial_keys = False
@@ -121,13 +111,11 @@ class DockerSandbox(Sandbox):
         self._upper: Path | None = None
         self._pid_baseline = 4
         self._pids_before = 0  # container processes when the step began
-        self._sent: tuple[str, bytes] | None = None  # the running command's line and end marker
         self._stolen: list[int] = []  # processes of earlier steps that read this step's line
         self._shell_pid: int | None = None
         self._keepalive: int | None = None
         self._closed = threading.Event()
         self._lifecycle = threading.RLock()
-        self._tampered = False  # the last command wrote into the status channel
         self._stdin_link: str | None = None  # the shell's stdin pipe, as /proc shows it
         self._shell_host_pid = 0
 
@@ -143,7 +131,7 @@ class DockerSandbox(Sandbox):
         track(self)
         self._env = env
         self._cwd = self._start_dir(env)
-        archive = _archive(env)
+        archive = workdir_archive(env)
         warm = _warm_pool(self._client, image, self._create_options(), self.config.warm)
         with self._lifecycle:
             if self._closed.is_set():
@@ -274,7 +262,7 @@ class DockerSandbox(Sandbox):
         columns, rows = self.config.tmux_size
         started = self._run_command(
             f"TERM=xterm-256color {_TMUX} new-session -d -s main -x {columns} -y {rows} "
-            f"-c {_quote(self._cwd)} && {_TMUX} set-option -g status off",
+            f"-c {quote(self._cwd)} && {_TMUX} set-option -g status off",
             10.0,
         )
         if started.exit_code != 0:
@@ -287,7 +275,7 @@ class DockerSandbox(Sandbox):
             api = self._client.api
             exec_id = api.exec_create(
                 self._container.id,
-                _SHELL,
+                SHELL_ARGV,
                 stdin=True,
                 stdout=True,
                 stderr=True,
@@ -296,22 +284,18 @@ class DockerSandbox(Sandbox):
                 workdir=MOUNT,
                 environment=self._environment(),
             )["Id"]
-            self._shell = _Shell(api, exec_id)
-        nonce = secrets.token_hex(8)
-        self._shell.send(
-            _wrap(f"cd {_quote(self._cwd)} 2>/dev/null || cd {MOUNT}; printf %s $$", nonce),
-            _marker(nonce),
-        )
-        output = _Output(self.config.max_output_bytes)
-        status, why = self._collect(output, 30.0, nonce, watch=False)
-        if status is None:
-            raise SandboxError(f"the container shell did not start ({why}): {output.text()[-300:]}")
-        self._cwd = status[1]
+            shell = ShellSession(DockerExecTransport(api, exec_id), self.config.max_output_bytes)
+            self._shell, self._exec_id = shell, exec_id
+        step = shell.run(f"cd {quote(self._cwd)} 2>/dev/null || cd {MOUNT}; printf %s $$", 30.0)
+        text = step.output.text()
+        if step.done is None:
+            raise SandboxError(f"the container shell did not start ({step.why}): {text[-300:]}")
+        self._cwd = step.done.cwd
         # The exec'd shell leads its own session and process group: the step timeout kills it.
-        self._shell_pid = int(output.text()) if output.text().isdigit() else None
+        self._shell_pid = int(text) if text.isdigit() else None
         self._stdin_link = None
         with contextlib.suppress(OSError, KeyError, TypeError):
-            self._shell_host_pid = int(api.exec_inspect(self._shell.exec_id)["Pid"])
+            self._shell_host_pid = int(api.exec_inspect(exec_id)["Pid"])
             self._stdin_link = os.readlink(f"/proc/{self._shell_host_pid}/fd/0")
 
     def _stdin_thieves(self) -> list[int]:
@@ -427,27 +411,25 @@ class DockerSandbox(Sandbox):
 
     def _run_command(self, command: str, timeout: float, internal: bool = False) -> Observation:
         """Run *command* in the shell; *internal* (tmux plumbing) skips the fork-bomb check."""
-        assert self._shell is not None
+        shell = self._shell
+        if shell is None:
+            raise SandboxError("the sandbox was closed while a step ran")
         if self._partial_keys:
-            self._shell.send("\n")
+            shell.send(b"\n")
             self._partial_keys = False
         left = [] if internal else self._stdin_thieves()  # e.g. `cat` typed as keystrokes
         containment.kill_all(left, self._stdin_link)
         oom_before, hits_before = self._oom_kills(), self._pid_hits()
         self._pids_before = self._pids()
-        nonce = secrets.token_hex(8)
-        sent = (_wrap(command, nonce), _marker(nonce))
-        self._sent = None if internal else sent  # harness plumbing is not re-sent
         self._stolen = []
-        self._shell.send(*sent)
-        output = _Output(self.config.max_output_bytes)
-        status, why = self._collect(output, timeout, nonce)
+        step = shell.run(command, timeout, lambda running: self._watch(running, internal))
+        status, why = step.done, step.why
         if status is not None and not internal and self._under_process_pressure(hits_before):
             status, why = None, f"process limit of {self.config.max_processes} reached"
         oom = self._oom_kills() > oom_before
+        output = step.output
         if status is not None:
-            exit_code, cwd = status
-            self._cwd = cwd
+            self._cwd = status.cwd
             error = None
             thieves = [] if internal else self._stdin_thieves()
             if thieves:
@@ -458,17 +440,17 @@ class DockerSandbox(Sandbox):
                 error = containment.STDIN_THIEF.format(pids=thieves)
             elif left or self._stolen:
                 error = containment.STDIN_LEFT.format(pids=left + self._stolen)
-            elif self._tampered:
-                error = TAMPERED.format(fd=_STATUS_FD)
+            elif step.tampered:
+                error = TAMPERED
             return Observation(
                 text=output.text(),
-                exit_code=exit_code,
-                cwd=cwd,
+                exit_code=status.exit_code,
+                cwd=status.cwd,
                 truncated=output.truncated,
                 error=error,
             )
         if why == "exited":
-            code = self._shell.exit_code() if self._shell is not None else None
+            code = self._exit_code()
             self._restart()
             return Observation(
                 text=output.text(),
@@ -491,16 +473,17 @@ class DockerSandbox(Sandbox):
         )
 
     def _send_keys(self, action: KeystrokesAction) -> Observation:
-        assert self._shell is not None
-        self._shell.send(action.keys)
+        shell = self._shell
+        if shell is None:
+            raise SandboxError("the sandbox was closed while a step ran")
+        shell.send(action.keys.encode())
         self._partial_keys = not action.keys.endswith("\n") and bool(action.keys)
-        output = _Output(self.config.max_output_bytes)
-        self._pump(output, time.monotonic() + action.duration, quiet=None)
-        alive = self._pump(
+        output = Output(self.config.max_output_bytes)
+        alive = shell.pump(output, time.monotonic() + action.duration, quiet=None) and shell.pump(
             output, time.monotonic() + self.config.step_timeout, quiet=self.config.settle_s
         )
         if not alive:
-            code = self._shell.exit_code()
+            code = self._exit_code()
             self._restart()
             return Observation(text=output.text(), exit_code=code, truncated=output.truncated)
         return Observation(text=output.text(), truncated=output.truncated)
@@ -513,7 +496,7 @@ class DockerSandbox(Sandbox):
         """
         if action.keys:
             sent = self._run_command(
-                f"{_TMUX} send-keys -t main -- {_quote(action.keys)}", 10.0, internal=True
+                f"{_TMUX} send-keys -t main -- {quote(action.keys)}", 10.0, internal=True
             )
             if sent.exit_code != 0:
                 return Observation(
@@ -534,44 +517,18 @@ class DockerSandbox(Sandbox):
         captured = self._run_command(f"{_TMUX} capture-pane -p -t main", 10.0, internal=True)
         return captured.text.rstrip("\n") + "\n"
 
-    # -- reading -----------------------------------------------------------------
+    # -- while a command runs ------------------------------------------------------
 
-    def _collect(
-        self, output: _Output, timeout: float, nonce: str, watch: bool = True
-    ) -> tuple[tuple[int, str] | None, str]:
-        """Read until the status for *nonce* arrives, the shell exits or time runs out."""
-        shell = self._shell
-        if shell is None:
-            return None, "exited"
-        deadline = time.monotonic() + timeout
-        next_check = time.monotonic() + 0.5
-        status_buffer = b""
-        parsed: tuple[int, str] | None = None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                shell.flush(output)
-                return None, "timeout"
-            alive = shell.read(output, min(remaining, 0.25))
-            if shell.status:
-                status_buffer += shell.take_status()
-                parsed = _parse_status(status_buffer, nonce)
-            if parsed is not None and shell.marker is None:  # status and all of stdout are in
-                self._tampered = status_junk(status_buffer, nonce)
-                return parsed, "done"
-            if not alive:
-                shell.flush(output)
-                return None, "exited"
-            if watch and time.monotonic() >= next_check:
-                next_check = time.monotonic() + 0.5
-                hit = self._limit_hit()
-                if hit:
-                    shell.flush(output)
-                    return None, hit
-                if parsed is None:
-                    self._catch_thieves(shell, output)
+    def _watch(self, step: Step, internal: bool) -> str | None:
+        """Twice a second: a disk bound the step used up; a late stdin thief is caught."""
+        hit = self._limit_hit()
+        if hit:
+            return hit
+        if step.status is None and not internal:
+            self._catch_thieves(step)
+        return None
 
-    def _catch_thieves(self, shell: _Shell, output: _Output) -> None:
+    def _catch_thieves(self, step: Step) -> None:
         """A process that opened the shell's stdin late may have eaten this command: kill it, resend.
 
         (One that held it when its step ended was killed then; this is one that
@@ -579,30 +536,25 @@ class DockerSandbox(Sandbox):
         harness's line is removed from the output.
         """
         thieves = self._stdin_thieves()
-        if not thieves or self._sent is None:
+        shell = self._shell
+        if not thieves or shell is None:
             return
         containment.kill_all(thieves, self._stdin_link)
         self._stolen += thieves
-        text, marker = self._sent
-        output.data = bytearray(bytes(output.data).replace(text.encode(), b""))
-        shell.send("\n" + text, marker)
+        shell.resend(step)
 
-    def _pump(self, output: _Output, deadline: float, quiet: float | None) -> bool:
-        """Read output until *deadline*, or no output for *quiet* s; False if the shell ended."""
-        shell = self._shell
-        if shell is None:
-            return False
-        last = time.monotonic()
-        while (now := time.monotonic()) < deadline:
-            if quiet is not None and now - last >= quiet:
-                return True
-            wait = deadline - now if quiet is None else min(deadline - now, quiet)
-            before = len(output.data)
-            if not shell.read(output, wait):
-                return False
-            if len(output.data) != before or output.truncated:
-                last = time.monotonic()
-        return True
+    def _exit_code(self) -> int | None:
+        """Exit code of the shell's exec, once docker sees it ended (None if unknown)."""
+        exec_id = self._exec_id
+        if exec_id is None:
+            return None
+        deadline = time.monotonic() + 2
+        while True:
+            info = self._client.api.exec_inspect(exec_id)
+            if not info.get("Running") or time.monotonic() > deadline:
+                code = info.get("ExitCode")
+                return int(code) if code is not None else None
+            time.sleep(0.02)
 
     # -- limits ------------------------------------------------------------------
 
@@ -683,114 +635,6 @@ class DockerSandbox(Sandbox):
         if total > self.config.max_disk_mb * 1024 * 1024:
             return f"disk quota of {self.config.max_disk_mb} MB exceeded"
         return None
-
-
-class _Shell:
-    """The hijacked socket of one ``docker exec -i``: writes stdin, demultiplexes frames."""
-
-    def __init__(self, api: Any, exec_id: str) -> None:
-        self.api = api
-        self.exec_id = exec_id
-        response = api.exec_start(exec_id, socket=True)
-        self._response = response
-        self.sock: socket.socket = getattr(response, "_sock", response)
-        self.sock.setblocking(False)
-        self._buffer = b""
-        self.status = b""
-        self._eof = False
-        self.marker: bytes | None = None  # end of a command's stdout, still to come
-        self._held = b""
-
-    def send(self, text: str, marker: bytes | None = None) -> None:
-        """Write *text* to the shell; *marker* is the stdout line that ends its output."""
-        self.marker = marker
-        self._held = b""
-        data = text.encode()
-        with contextlib.suppress(OSError):  # the shell is gone: the reader sees the EOF
-            self.sock.setblocking(True)
-            try:
-                self.sock.sendall(data)
-            finally:
-                self.sock.setblocking(False)
-
-    def read(self, output: _Output, wait: float) -> bool:
-        """Read what arrives within *wait* s into *output* / :attr:`status`; False at EOF."""
-        if self._eof:
-            return False
-        try:
-            with selectors.DefaultSelector() as selector:
-                selector.register(self.sock, selectors.EVENT_READ)
-                ready = selector.select(max(wait, 0))
-        except (ValueError, OSError):  # closed by close() from another thread
-            self._eof = True
-            return False
-        if not ready:
-            return True
-        while True:
-            try:
-                chunk = self.sock.recv(65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._eof = True
-                break
-            self._buffer += chunk
-        self._demux(output)
-        return not self._eof
-
-    def _demux(self, output: _Output) -> None:
-        while len(self._buffer) >= 8:
-            stream, size = self._buffer[0], struct.unpack(">I", self._buffer[4:8])[0]
-            if len(self._buffer) < 8 + size:
-                return
-            payload, self._buffer = self._buffer[8 : 8 + size], self._buffer[8 + size :]
-            if stream == 2:
-                self.status += payload
-            else:
-                self._stdout(payload, output)
-
-    def _stdout(self, payload: bytes, output: _Output) -> None:
-        """Pass stdout on, holding back what may be the start of the end marker."""
-        if self.marker is None:
-            output.add(payload)
-            return
-        data = self._held + payload
-        index = data.find(self.marker)
-        if index >= 0:
-            output.add(data[:index])
-            output.add(data[index + len(self.marker) :])
-            self.marker, self._held = None, b""
-            return
-        keep = len(self.marker) - 1
-        output.add(data[:-keep])
-        self._held = data[-keep:]
-
-    def flush(self, output: _Output) -> None:
-        """The command will not finish: what was held back is output after all."""
-        output.add(self._held)
-        self._held = b""
-        self.marker = None
-
-    def take_status(self) -> bytes:
-        data, self.status = self.status, b""
-        return data
-
-    def exit_code(self) -> int | None:
-        deadline = time.monotonic() + 2
-        while True:
-            info = self.api.exec_inspect(self.exec_id)
-            if not info.get("Running") or time.monotonic() > deadline:
-                code = info.get("ExitCode")
-                return int(code) if code is not None else None
-            time.sleep(0.02)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        with contextlib.suppress(OSError, AttributeError):
-            self._response.close()
 
 
 def _container_name() -> str:
@@ -894,30 +738,7 @@ def close_pools() -> int:
 atexit.register(close_pools)
 
 
-def _wrap(command: str, nonce: str) -> str:
-    """One input line: run *command* in this shell, then report on fds 3 and 4.
-
-    As in the local backend, the command runs with stdin from /dev/null and
-    without the side-channel fds; then ``<nonce> <exit code> <cwd>\\0`` goes
-    to fd 3 (the exec's stderr stream) and an end marker to fd 4 (the shell's
-    original stdout, even if the command redirected the shell's fd 1).
-    dockerd copies stdout and stderr in separate goroutines, so the status
-    record on stderr can overtake the command's last stdout bytes; the marker
-    (NUL, nonce, NUL on stdout) says that all of them arrived.
-    """
-    return (
-        f"__fidelity_cmd={_ansi_c_quote(command)}; "
-        f'{{ eval "$__fidelity_cmd"; }} </dev/null {_STATUS_FD}>&- {_MARK_FD}>&-; '
-        f'printf \'%s %s %s\\0\' {nonce} "$?" "$PWD" >&{_STATUS_FD}; '
-        f"printf '\\0%s\\0' {nonce} >&{_MARK_FD}\n"
-    )
-
-
-def _marker(nonce: str) -> bytes:
-    return b"\0" + nonce.encode() + b"\0"
-
-
-def _archive(env: EnvSpec) -> bytes:
+def workdir_archive(env: EnvSpec) -> bytes:
     """A tar of the workdir (at ``workspace/``), ``~/.gitconfig`` and setup scripts."""
 
     def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -932,7 +753,7 @@ def _archive(env: EnvSpec) -> bytes:
             if not source.is_dir():
                 raise SandboxError(f"env.workdir {env.workdir}: not a directory")
             tar.add(str(source), arcname=MOUNT.lstrip("/"), filter=owned)
-        _add_file(tar, f"{HOME.lstrip('/')}/.gitconfig", _GITCONFIG.encode(), owned)
+        _add_file(tar, f"{HOME.lstrip('/')}/.gitconfig", GITCONFIG.encode(), owned)
         for index, command in enumerate(env.setup):
             if command.startswith("@"):
                 data = Path(command[1:]).read_bytes()
@@ -966,8 +787,6 @@ def sweep_stale(owner: int | None = None) -> int:
 
     With *owner*, only that (dead) process's containers.
     """
-    from fidelity.sandboxes.local import _dead_owner
-
     client = docker_client()
     removed = 0
     host = socket.gethostname()
@@ -980,7 +799,7 @@ def sweep_stale(owner: int | None = None) -> int:
             pid = int(labels.get(LABEL_OWNER, "-1"))
         except ValueError:
             pid = -1
-        if not _dead_owner(pid, owner):
+        if not dead_owner(pid, owner):
             continue
         _remove(container)
         removed += 1

@@ -13,22 +13,18 @@ processes share one memory cgroup (``max_total_memory_mb``, see
 no cgroup (only ``RLIMIT_AS`` per process) and workspace size and file count
 are polled while a step runs, as the disk quota always was.
 
-Protocol: commands are written to bash's stdin as one line each, wrapped so
-the command runs with stdin from ``/dev/null`` and without the status fd;
-after it, bash writes ``<nonce> <exit code> <cwd>\\0`` to a private pipe (the
-side channel). Output is never scraped for prompts or sentinels. On timeout
-the whole sandbox (the PID namespace) is killed and a fresh shell is started
-in the same workspace at the last known cwd.
+Protocol: :mod:`fidelity.sandboxes.shell` over the bwrap process's pipes
+(:class:`~fidelity.sandboxes.shell.ProcessTransport`): the shell's stderr pipe
+is the status channel, everything the command prints comes on stdout. On
+timeout the whole sandbox (the PID namespace) is killed and a fresh shell is
+started in the same workspace at the last known cwd.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import selectors
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -36,33 +32,29 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError, SetupFailedError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
-from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.config import ShellLimits
-from pydantic import Field
+from fidelity.sandboxes.shell import (
+    CONTROL,
+    GITCONFIG,
+    HOME,
+    MOUNT,
+    SANDBOX_ENVIRONMENT,
+    SHELL_ARGV,
+    TAMPERED,
+    Output,
+    ProcessTransport,
+    ShellSession,
+    Step,
+    quote,
+)
 
-MOUNT = "/workspace"
-HOME = "/home/agent"
-CONTROL = "/run/fidelity"
 INSIDE_UID = 1000
-# What every backend's shell sees (the conformance suite expects the same on all of them).
-SANDBOX_ENVIRONMENT = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-    "HOME": HOME,
-    "USER": "agent",
-    "LOGNAME": "agent",
-    "SHELL": "/bin/bash",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "TZ": "UTC",
-    "TERM": "dumb",
-    "PAGER": "cat",
-    "GIT_PAGER": "cat",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 _ROOT_PREFIX = "fidelity-local-"
 _SHOWN = {"work": f"{MOUNT} and {HOME}", "tmp": "/tmp", "shm": "/dev/shm"}
 _SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -94,12 +86,11 @@ class LocalSandbox(Sandbox):
         self._bwrap = shutil.which(self.config.bwrap)
         self._root: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._status_r: int | None = None
+        self._shell: ShellSession | None = None
         self._env: EnvSpec | None = None
         self._cwd = MOUNT
         self._uid = _sandbox_uid()
         self._partial_keys = False
-        self._status_fd = -1
         self._closed = threading.Event()  # set by close(), possibly from another thread
         self._background_jobs = False  # did the last command leave jobs running?
         self._lifecycle = threading.RLock()  # guards starting and killing the shell
@@ -109,7 +100,6 @@ class LocalSandbox(Sandbox):
         self._count_before = 3  # sandbox processes when the step began (bwrap x2, bash)
         self._mounted: list[Path] = []  # tmpfs mounts (root only), unmounted by close()
         self._full_at_start: str | None = None  # a bound already used up when the step began
-        self._tampered = False  # the last command wrote into the status channel
         self._stdin_link: str | None = None  # the shell's stdin pipe, as /proc shows it
         self._stdin_owners: set[int] = set()  # bwrap and the shell: the pipe's rightful readers
 
@@ -221,7 +211,7 @@ class LocalSandbox(Sandbox):
 
     def step(self, action: Action, timeout: float | None = None) -> Observation:
         """Run *action*; failures of the action are observations, not exceptions."""
-        if self._proc is None or self._root is None:
+        if self._shell is None or self._root is None:
             raise SandboxError("step() before reset(): the sandbox is not running")
         if isinstance(action, CommandAction):
             limit = action.timeout or timeout or self.config.step_timeout
@@ -231,8 +221,11 @@ class LocalSandbox(Sandbox):
         raise SandboxError(f"the local sandbox cannot run {type(action).__name__}")
 
     def _run_command(self, command: str, timeout: float) -> Observation:
+        shell = self._shell
+        if shell is None:
+            raise SandboxError("the sandbox was closed while a step ran")
         if self._partial_keys:  # typed text without Enter: submit it so bash reads our line whole
-            self._write(b"\n")
+            shell.send(b"\n")
             self._partial_keys = False
         left = self._stdin_thieves()  # e.g. `cat` typed as keystrokes
         containment.kill_all(left, self._stdin_link)
@@ -240,16 +233,16 @@ class LocalSandbox(Sandbox):
         self._hits_before = self._pid_hits()
         self._count_before = max(3, self._sandbox_count()) if self._uid else 3
         self._full_at_start = self._limit_hit()
-        nonce = secrets.token_hex(8)
-        self._write(_wrap_command(command, nonce, self._status_fd).encode())
-        output = _Output(self.config.max_output_bytes)
-        status, why = self._collect(output, timeout, nonce)
-        if status is not None and self._under_process_pressure():
-            status, why = None, f"process limit of {self.config.max_processes} reached"
-        limit = self._new_limit(oom_before)
+        step = shell.run(command, timeout, self._watch)
+        status, why = step.done, step.why
         if status is not None:
-            exit_code, cwd = status
-            self._cwd = cwd
+            self._background_jobs = status.jobs
+            if self._under_process_pressure():
+                status, why = None, f"process limit of {self.config.max_processes} reached"
+        limit = self._new_limit(oom_before)
+        output = step.output
+        if status is not None:
+            self._cwd = status.cwd
             error = f"SandboxLimit: {limit}" if limit else None
             thieves = self._stdin_thieves()
             containment.kill_all(thieves, self._stdin_link)
@@ -257,12 +250,12 @@ class LocalSandbox(Sandbox):
                 error = containment.STDIN_THIEF.format(pids=thieves)
             elif error is None and left:
                 error = containment.STDIN_LEFT.format(pids=left)
-            elif error is None and self._tampered:
-                error = TAMPERED.format(fd=self._status_fd)
+            elif error is None and step.tampered:
+                error = TAMPERED
             return Observation(
                 text=output.text(),
-                exit_code=exit_code,
-                cwd=cwd,
+                exit_code=status.exit_code,
+                cwd=status.cwd,
                 truncated=output.truncated,
                 error=error,
             )
@@ -286,14 +279,22 @@ class LocalSandbox(Sandbox):
             error=None if why == "timeout" else f"SandboxLimit: {why}",
         )
 
+    def _watch(self, step: Step) -> str | None:
+        """While a command runs: a size or inode bound it used up (polled)."""
+        hit = self._limit_hit()
+        return hit if hit and hit != self._full_at_start else None
+
     def _send_keys(self, action: KeystrokesAction) -> Observation:
-        self._write(action.keys.encode())
+        shell = self._shell
+        if shell is None:
+            raise SandboxError("the sandbox was closed while a step ran")
+        shell.send(action.keys.encode())
         self._partial_keys = not action.keys.endswith("\n") and bool(action.keys)
-        output = _Output(self.config.max_output_bytes)
-        deadline = time.monotonic() + action.duration
-        self._pump(output, deadline, quiet=None)
-        self._pump(output, time.monotonic() + self.config.step_timeout, quiet=self.config.settle_s)
-        if self._proc is not None and self._proc.poll() is not None:
+        output = Output(self.config.max_output_bytes)
+        alive = shell.pump(output, time.monotonic() + action.duration, quiet=None) and shell.pump(
+            output, time.monotonic() + self.config.step_timeout, quiet=self.config.settle_s
+        )
+        if not alive or (self._proc is not None and self._proc.poll() is not None):
             code = self._reap()
             self._start_shell()
             return Observation(text=output.text(), exit_code=code, truncated=output.truncated)
@@ -310,16 +311,14 @@ class LocalSandbox(Sandbox):
 
     def _spawn(self) -> None:
         assert self._env is not None and self._bwrap is not None
-        status_r, status_w = os.pipe()
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 self._argv(),
                 env={"PATH": SANDBOX_ENVIRONMENT["PATH"]},  # bwrap is PID 1 inside: no secrets
                 cwd="/",  # nor the auditor's folder (a shell exports PWD)
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                pass_fds=(status_w,),
+                stderr=subprocess.PIPE,  # the status channel (bwrap's own errors come there too)
                 process_group=0,
                 user=self._uid,
                 group=self._uid,
@@ -327,36 +326,25 @@ class LocalSandbox(Sandbox):
                 close_fds=True,
             )
         except OSError as exc:
-            os.close(status_r)
             raise SandboxUnavailableError(f"cannot start bubblewrap: {exc}") from exc
-        finally:
-            os.close(status_w)
-        self._status_r = status_r
-        assert self._proc.stdout is not None
-        os.set_blocking(self._proc.stdout.fileno(), False)
-        os.set_blocking(status_r, False)
-        self._status_fd = status_w  # pass_fds keeps the number inside the sandbox
+        self._proc = proc
+        self._shell = ShellSession(ProcessTransport(proc), self.config.max_output_bytes)
 
     def _ready_check(self) -> None:
         """Fail fast with bwrap's own message when the sandbox cannot start."""
-        nonce = secrets.token_hex(8)
-        self._write(
-            _wrap_command(
-                f"cd {_quote(self._cwd)} 2>/dev/null || cd {MOUNT}", nonce, self._status_fd
-            ).encode()
-        )
-        output = _Output(self.config.max_output_bytes)
-        status, why = self._collect(output, 10.0, nonce, watch_disk=False)
-        if status is None:
+        assert self._shell is not None
+        step = self._shell.run(f"cd {quote(self._cwd)} 2>/dev/null || cd {MOUNT}", 10.0)
+        if step.done is None:
             self._kill_shell()
-            detail = (output.text().strip().splitlines()[-1:] or [why])[0]
+            shown = step.output.text() + step.status_bytes.decode("utf-8", errors="replace")
+            detail = (shown.strip().splitlines()[-1:] or [step.why])[0]
             hint = ""
             if "uid map" in detail or "namespace" in detail or "not permitted" in detail:
                 hint = " (enable unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1)"
             raise SandboxUnavailableError(
-                f"bubblewrap sandbox did not start ({why}): {detail}{hint}"
+                f"bubblewrap sandbox did not start ({step.why}): {detail}{hint}"
             )
-        self._cwd = status[1]
+        self._cwd = step.done.cwd
         self._stdin_link, self._stdin_owners = None, set()
         if self._uid is not None and self._proc is not None and self._proc.stdin is not None:
             self._stdin_link = f"pipe:[{os.fstat(self._proc.stdin.fileno()).st_ino}]"
@@ -392,14 +380,16 @@ class LocalSandbox(Sandbox):
         cfg = self.config
         argv = []
         joins = [str(self._cgroup.procs_file)] if self._cgroup is not None else []
-        if self._pids_cgroup is not None and self._pids_cgroup != (self._cgroup and self._cgroup.path):
+        if self._pids_cgroup is not None and self._pids_cgroup != (
+            self._cgroup and self._cgroup.path
+        ):
             joins.append(str(self._pids_cgroup / "cgroup.procs"))
         if joins:  # join the cgroups before anything forks
             argv += [
                 "/bin/sh",
                 "-c",
                 'for f in $0 $1; do [ -n "$f" ] && { echo $$ > "$f" || exit 1; }; done; shift; exec "$@"',
-                *(joins + [""])[:2],
+                *[*joins, ""][:2],
             ]
         argv += [
             "prlimit",
@@ -464,7 +454,7 @@ class LocalSandbox(Sandbox):
         ]
         for key, value in self._environment().items():
             argv += ["--setenv", key, value]
-        argv += ["--", "/bin/bash", "--noprofile", "--norc"]
+        argv += ["--", *SHELL_ARGV]
         return argv
 
     def _scratch_areas(self) -> list[str]:
@@ -498,7 +488,7 @@ class LocalSandbox(Sandbox):
             workspace.mkdir()
         home = self._area("home")
         home.mkdir()
-        (home / ".gitconfig").write_text(_GITCONFIG)
+        (home / ".gitconfig").write_text(GITCONFIG)
         (root / "control").mkdir()
         (root / "etc").mkdir()
         (root / "etc" / "passwd").write_text(
@@ -525,21 +515,11 @@ class LocalSandbox(Sandbox):
 
     def _kill_shell(self) -> None:
         with self._lifecycle:  # each process and fd is taken by exactly one caller
-            proc, self._proc = self._proc, None
-            status_r, self._status_r = self._status_r, None
-        if proc is not None:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.kill()
-            proc.wait()
+            shell, self._shell = self._shell, None
+            self._proc = None
+        if shell is not None:
+            shell.kill()
             self._wait_for_namespace_exit()
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-        if status_r is not None:
-            os.close(status_r)
         self._partial_keys = False
 
     def _wait_for_namespace_exit(self, limit: float = 5.0) -> None:
@@ -555,75 +535,6 @@ class LocalSandbox(Sandbox):
         code = proc.wait() if proc is not None else None
         self._kill_shell()
         return code
-
-    def _write(self, data: bytes) -> None:
-        assert self._proc is not None and self._proc.stdin is not None
-        try:
-            self._proc.stdin.write(data)
-            self._proc.stdin.flush()
-        except BrokenPipeError:
-            # The shell is gone (the agent ran `exit`, or it was killed); the
-            # collect loop sees the EOF and reports it.
-            return
-
-    # -- reading ---------------------------------------------------------------
-
-    def _collect(
-        self, output: _Output, timeout: float, nonce: str, watch_disk: bool = True
-    ) -> tuple[tuple[int, str] | None, str]:
-        """Read output until the status for *nonce* arrives, the shell exits or time runs out."""
-        assert (
-            self._proc is not None and self._proc.stdout is not None and self._status_r is not None
-        )
-        deadline = time.monotonic() + timeout
-        next_disk_check = time.monotonic() + 0.5
-        status_buffer = b""
-        stdout_fd = self._proc.stdout.fileno()
-        status_r = self._status_r  # close() from another thread may clear the attribute
-        with selectors.DefaultSelector() as selector:
-            selector.register(stdout_fd, selectors.EVENT_READ, "out")
-            selector.register(status_r, selectors.EVENT_READ, "status")
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None, "timeout"
-                for key, _ in selector.select(min(remaining, 0.25)):
-                    if key.data == "out":
-                        if not _read_into(stdout_fd, output):
-                            selector.unregister(stdout_fd)
-                        continue
-                    chunk = _read_fd(status_r)
-                    if chunk is None or chunk == b"":
-                        _drain(stdout_fd, output)
-                        return None, "exited"
-                    status_buffer += chunk
-                    record = _parse_record(status_buffer, nonce)
-                    if record is not None:
-                        _drain(stdout_fd, output)
-                        self._tampered = status_junk(status_buffer, nonce)
-                        self._background_jobs = record[2]
-                        return record[:2], "done"
-                if watch_disk and time.monotonic() >= next_disk_check:
-                    next_disk_check = time.monotonic() + 0.5
-                    hit = self._limit_hit()
-                    if hit and hit != self._full_at_start:
-                        return None, hit
-
-    def _pump(self, output: _Output, deadline: float, quiet: float | None) -> None:
-        """Read output until *deadline*, or until no output for *quiet* seconds."""
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout_fd = self._proc.stdout.fileno()
-        last = time.monotonic()
-        with selectors.DefaultSelector() as selector:
-            selector.register(stdout_fd, selectors.EVENT_READ)
-            while (now := time.monotonic()) < deadline:
-                if quiet is not None and now - last >= quiet:
-                    return
-                wait = deadline - now if quiet is None else min(deadline - now, quiet)
-                if selector.select(wait):
-                    if not _read_into(stdout_fd, output):
-                        return
-                    last = time.monotonic()
 
     def _under_process_pressure(self) -> bool:
         """True when processes the command left behind approach RLIMIT_NPROC (a fork bomb).
@@ -689,127 +600,6 @@ class LocalSandbox(Sandbox):
         return total, count
 
 
-class _Output:
-    """Captured bytes with a cap; the rest is counted, not kept."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-        self.truncated = False
-
-    def add(self, chunk: bytes) -> None:
-        room = self.limit - len(self.data)
-        if len(chunk) > room:
-            self.truncated = True
-            chunk = chunk[: max(room, 0)]
-        self.data += chunk
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
-
-
-def _read_fd(fd: int) -> bytes | None:
-    try:
-        return os.read(fd, 65536)
-    except BlockingIOError:
-        return None
-    except OSError:
-        return b""
-
-
-def _read_into(fd: int, output: _Output) -> bool:
-    """Read what is available; False at end of file."""
-    chunk = _read_fd(fd)
-    if chunk == b"":
-        return False
-    if chunk:
-        output.add(chunk)
-    return True
-
-
-def _drain(fd: int, output: _Output) -> None:
-    while chunk := _read_fd(fd):
-        output.add(chunk)
-
-
-def _parse_status(buffer: bytes, nonce: str) -> tuple[int, str] | None:
-    """``(exit code, cwd)`` of the record for *nonce*, once it is complete."""
-    record = _parse_record(buffer, nonce)
-    return None if record is None else record[:2]
-
-
-def _parse_record(buffer: bytes, nonce: str) -> tuple[int, str, bool] | None:
-    """``(exit code, cwd, background jobs left)`` from ``<nonce> <rc> [<jobs>]\\x1f<cwd>\\0``.
-
-    The older ``<nonce> <rc> <cwd>`` form (no job list) is read too.
-    """
-    for record in buffer.split(b"\0")[:-1]:
-        text = record.decode("utf-8", errors="replace")
-        start = text.find(f"{nonce} ")  # bytes a command wrote into the channel come first
-        if start < 0:
-            continue
-        head, separator, cwd = text[start:].partition("\x1f")
-        parts = head.split(" ", 2)
-        if len(parts) < 2 or parts[0] != nonce:
-            continue
-        if separator:
-            return int(parts[1]), cwd, bool(parts[2].strip()) if len(parts) == 3 else False
-        if len(parts) == 3:
-            return int(parts[1]), parts[2], False
-    return None
-
-
-TAMPERED = (
-    "SandboxTampered: the command wrote into the harness's status channel "
-    "(the shell's fd {fd} through /proc); its own status was still read"
-)
-
-
-def status_junk(buffer: bytes, nonce: str) -> bool:
-    """Whether *buffer* holds bytes besides the status record for *nonce* (written by the agent)."""
-    marker = nonce.encode() + b" "
-    start = buffer.find(marker)
-    if start < 0:
-        return bool(buffer)
-    end = buffer.find(b"\0", start)
-    return start > 0 or bool(buffer[end + 1 :].strip(b"\0"))
-
-
-def _wrap_command(command: str, nonce: str, fd: int) -> str:
-    """One input line: run *command* in this shell, then report status on fd *fd*.
-
-    The command itself runs with stdin from /dev/null and without *fd*, so it
-    can neither swallow the next input line nor forge a status record.
-    """
-    return (
-        f"__fidelity_cmd={_ansi_c_quote(command)}; "
-        f'{{ eval "$__fidelity_cmd"; }} </dev/null {fd}>&-; '
-        f"__fidelity_rc=$?; printf '%s %s ' {nonce} \"$__fidelity_rc\" >&{fd}; "
-        f"jobs -p >&{fd}; printf '\\037%s\\0' \"$PWD\" >&{fd}\n"
-    )
-
-
-def _ansi_c_quote(text: str) -> str:
-    """Quote *text* as a bash ``$'...'`` string on one line."""
-    out = []
-    for char in text:
-        if char == "\\":
-            out.append("\\\\")
-        elif char == "'":
-            out.append("\\'")
-        elif char == "\n":
-            out.append("\\n")
-        elif ord(char) < 32 or ord(char) == 127:
-            out.append(f"\\x{ord(char):02x}")
-        else:
-            out.append(char)
-    return "$'" + "".join(out) + "'"
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
-
-
 def _sandbox_uid() -> int | None:
     """A fresh unprivileged host uid per sandbox when running as root, else None (own uid)."""
     global _uid_counter
@@ -866,7 +656,7 @@ def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:
             pid = int((folder / "owner.pid").read_text())
         except (OSError, ValueError):
             pid = -1
-        if not _dead_owner(pid, owner):
+        if not dead_owner(pid, owner):
             continue
         for name in ("work", "tmp", "shm"):
             if containment.is_mount(folder / name):
@@ -876,37 +666,6 @@ def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:
     for parent in containment.cgroup_parents():
         for group in parent.glob(f"{containment.CGROUP_PREFIX}*"):
             pid_text = group.name[len(containment.CGROUP_PREFIX) :].split("-", 1)[0]
-            if pid_text.isdigit() and _dead_owner(int(pid_text), owner):
+            if pid_text.isdigit() and dead_owner(int(pid_text), owner):
                 removed += containment.remove_cgroup(group)
     return removed
-
-
-def _dead_owner(pid: int, owner: int | None) -> bool:
-    """Whether leftovers of *pid* are to be swept (all dead ones, or only *owner*'s)."""
-    if owner is not None:
-        return pid == owner
-    return not (pid > 0 and (pid == os.getpid() or _alive(pid)))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-_GITCONFIG = """[user]
-\tname = agent
-\temail = agent@sandbox.invalid
-[init]
-\tdefaultBranch = main
-[advice]
-\tdetachedHead = false
-[core]
-\tpager = cat
-[color]
-\tui = false
-"""

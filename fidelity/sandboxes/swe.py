@@ -35,8 +35,8 @@ from typing import Any
 from fidelity.compare.swe import diff_files, pass_fail_map
 from fidelity.errors import SandboxError
 from fidelity.model import Action, CommandAction, EnvSpec, Observation, ToolAction
-from fidelity.sandboxes.docker import DockerSandbox, _archive
-from fidelity.sandboxes.local import _quote
+from fidelity.sandboxes.docker import DockerSandbox, workdir_archive
+from fidelity.sandboxes.shell import quote
 
 REPOS = "/repos"
 PIN_TAG = "fidelity-pin"
@@ -83,7 +83,7 @@ class SweSandbox(DockerSandbox):
             shell.close()
         code, _ = self._exec(["/bin/bash", "--noprofile", "--norc", "-c", self._clean()])
         container = self._container
-        if code != 0 or container is None or not container.put_archive("/", _archive(env)):
+        if code != 0 or container is None or not container.put_archive("/", workdir_archive(env)):
             self.close()
             return None
         self._env = env
@@ -152,7 +152,7 @@ class SweSandbox(DockerSandbox):
             return super().step(CommandAction(command=command), timeout)
         if action.tool == "str_replace_editor":
             ran = self._run_command(
-                f"str_replace_editor {_quote(json.dumps(args))}", timeout, internal=True
+                f"str_replace_editor {quote(json.dumps(args))}", timeout, internal=True
             )
             return ran.model_copy(update={"exit_code": None})
         if action.tool == "submit":
@@ -168,7 +168,7 @@ class SweSandbox(DockerSandbox):
         cwd = self._cwd
         repo = self._start_dir(self._env) if self._env else cwd
         observation = self._run_command(
-            f"(cd {_quote(repo)} && {command})", _STATE_TIMEOUT, internal=True
+            f"(cd {quote(repo)} && {command})", _STATE_TIMEOUT, internal=True
         )
         self._cwd = cwd
         return observation
