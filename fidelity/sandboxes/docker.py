@@ -545,12 +545,17 @@ class DockerSandbox(Sandbox):
 
     def _exit_code(self) -> int | None:
         """Exit code of the shell's exec, once docker sees it ended (None if unknown)."""
+        import docker
+
         exec_id = self._exec_id
-        if exec_id is None:
+        if exec_id is None or self._closed.is_set():  # closed: the step ends as closed
             return None
         deadline = time.monotonic() + 2
         while True:
-            info = self._client.api.exec_inspect(exec_id)
+            try:
+                info = self._client.api.exec_inspect(exec_id)
+            except docker.errors.NotFound:  # the container went with it: restarting says so
+                return None
             if not info.get("Running") or time.monotonic() > deadline:
                 code = info.get("ExitCode")
                 return int(code) if code is not None else None
