@@ -171,7 +171,8 @@ class TerminalComparator:
         """``entities(observation) & candidates``, extracting only lines with a candidate's key."""
         command = context.action.render()
         text = self.normalizer.cached(observation.text, command)[0]
-        return entities_held(text.split("\n"), candidates, command)
+        held = lines_holding(text, {search_key(e) for e in candidates})
+        return extract(held, command) & candidates if held else set()
 
     def _mismatches(
         self, score: float, exit_match: bool | None, real: Observation, sim: Observation
@@ -263,9 +264,29 @@ def exact_entity_diff(real: str, sim: str, command: str | None = None) -> Entity
 
 def entities_held(lines: Iterable[str], candidates: set[str], command: str | None) -> set[str]:
     """The *candidates* that :func:`extract` finds in *lines* (only lines with a search key run)."""
-    keys = {search_key(e) for e in candidates}
-    held = [line for line in lines if any(k in line for k in keys)]
-    return extract("\n".join(held), command) & candidates if held else set()
+    held = lines_holding("\n".join(lines), {search_key(e) for e in candidates})
+    return extract(held, command) & candidates if held else set()
+
+
+def lines_holding(text: str, keys: Iterable[str]) -> str:
+    """The lines of *text* that contain one of *keys*, in order, joined by line breaks.
+
+    Each key is found with ``str.find`` (so a key absent from the text costs
+    one scan and lines are never tested one by one).
+    """
+    keys = set(keys)
+    if "" in keys:  # the empty key is in every line
+        return text
+    spans: set[tuple[int, int]] = set()
+    for key in keys:
+        at = text.find(key)
+        while at != -1:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end == -1 else end
+            spans.add((start, end))
+            at = text.find(key, end)
+    return "\n".join(text[start:end] for start, end in sorted(spans))
 
 
 DROPPED_MIN_CHARS = 12
@@ -346,9 +367,7 @@ def shown_entities(
         if not pending:
             continue
         normalized, _ = normalizer.cached(text, command)
-        lines = "\n".join(
-            line for line in normalized.split("\n") if any(k in line for k in pending.values())
-        )
+        lines = lines_holding(normalized, set(pending.values()))
         found = extract(lines, command)
         shown.update(e for e in pending if e in found or _name_mentioned(e, lines))
         if len(shown) == len(candidates):

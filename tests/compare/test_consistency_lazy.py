@@ -25,6 +25,7 @@ from fidelity.compare.consistency import (
     check_consistency,
     stateful,
 )
+from fidelity.compare.terminal import lines_holding
 from fidelity.model import Observation, Trajectory
 from tests.conftest import IN_CI
 
@@ -129,3 +130,18 @@ def test_lazy_check_equals_the_eager_reference(runs: list[Trajectory], domain: s
     # the edits really exercised the check (swe names only tests and changed files)
     assert flagged > (10 if domain == "terminal" else 0)
     assert propagated > 0 or domain == "swe"
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        ("a\nbkey\nc\nkey key\n", {"key"}),
+        ("key", {"key", "ke"}),
+        ("x\ny\n", {"z"}),
+        ("one\n\ntwo", {""}),
+        ("ab\nb\nab", {"a", "b"}),
+    ],
+)
+def test_lines_holding_equals_the_line_by_line_filter(text: str, keys: set[str]) -> None:
+    expected = "\n".join(line for line in text.split("\n") if any(k in line for k in keys))
+    assert lines_holding(text, keys) == expected
