@@ -27,7 +27,7 @@ from fidelity.compare.consistency import (
 )
 from fidelity.compare.terminal import lines_holding
 from fidelity.model import Observation, Trajectory
-from tests.conftest import IN_CI
+from tests.conftest import unavailable
 
 
 def eager_reference(
@@ -104,9 +104,7 @@ def contexts_of(trajectory: Trajectory, sim: list[Observation]) -> list[CompareC
 @pytest.fixture(scope="module")
 def runs() -> list[Trajectory]:
     if not SHARED.is_dir():
-        if IN_CI:
-            pytest.fail(f"{SHARED} is missing: CI runs with ../shared beside the checkout")
-        pytest.skip(f"{SHARED} is not beside this checkout")
+        unavailable(f"{SHARED} is not beside this checkout")
     return [run.trajectory for run in load_runs()[::4]]
 
 
