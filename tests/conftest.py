@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -21,14 +22,17 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 TERMINAL = data_dir("sandboxes") / "terminal"
 
 
+def unavailable(message: str) -> NoReturn:
+    """Skip on a developer machine; fail in CI, where the test command provides what tests need."""
+    if IN_CI:
+        pytest.fail(f"{message}: CI must run this test, the test command provides it")
+    pytest.skip(message)
+
+
 def require_binary(name: str, install_hint: str) -> None:
     """Skip when *name* is missing on a developer machine; fail in CI, where it must run."""
-    if shutil.which(name):
-        return
-    message = f"{name} is not installed ({install_hint})"
-    if IN_CI:
-        pytest.fail(f"{message}: CI must run this test, the test command installs it")
-    pytest.skip(message)
+    if not shutil.which(name):
+        unavailable(f"{name} is not installed ({install_hint})")
 
 
 def require_module(name: str, install_hint: str) -> object:
@@ -36,10 +40,7 @@ def require_module(name: str, install_hint: str) -> object:
     try:
         return importlib.import_module(name)
     except ImportError:
-        message = f"Python module {name} is not installed ({install_hint})"
-        if IN_CI:
-            pytest.fail(f"{message}: CI must run this test, the test command installs it")
-        pytest.skip(message)
+        unavailable(f"Python module {name} is not installed ({install_hint})")
 
 
 @pytest.fixture
@@ -58,9 +59,7 @@ def docker() -> None:
     try:
         docker_client().close()
     except SandboxUnavailableError as exc:
-        if IN_CI:
-            pytest.fail(f"{exc}: CI must run this test, the test command starts dockerd")
-        pytest.skip(str(exc))
+        unavailable(f"{exc} (scripts/bootstrap.sh tests starts dockerd)")
 
 
 @pytest.fixture

@@ -44,9 +44,93 @@ class EntitySource(Protocol):
         ...
 
 
+@runtime_checkable
+class LineLocalEntitySource(EntitySource, Protocol):
+    """An :class:`EntitySource` that answers narrower questions without extracting everything."""
+
+    def entity_difference(
+        self, real: Observation, sim: Observation, context: CompareContext
+    ) -> set[str]:
+        """``entities(real) - entities(sim)``."""
+        ...
+
+    def entities_among(
+        self, observation: Observation, context: CompareContext, candidates: set[str]
+    ) -> set[str]:
+        """``entities(observation) & candidates``."""
+        ...
+
+
 def stateful(entities: set[str]) -> set[str]:
     """The entities of a kind that describes state (see :data:`STATEFUL_KINDS`)."""
     return {e for e in entities if kind_of(e) in STATEFUL_KINDS}
+
+
+class _Entities:
+    """Entity questions about one trajectory, answered with as little extraction as it takes.
+
+    Most steps ask only which entities real has and sim lacks (nothing, when
+    the two agree); earlier steps are looked at only for those candidates.
+    """
+
+    def __init__(
+        self,
+        source: EntitySource,
+        real: Sequence[Observation],
+        sim: Sequence[Observation],
+        contexts: Sequence[CompareContext],
+    ) -> None:
+        self.source, self.contexts = source, contexts
+        self.sides = {"real": real, "sim": sim}
+        self.narrow = source if isinstance(source, LineLocalEntitySource) else None
+        self._all: dict[tuple[str, int], set[str]] = {}
+
+    def real_only(self, index: int) -> set[str]:
+        """``entities(real) - entities(sim)`` at step *index*."""
+        if self.narrow is not None:
+            real, sim = self.sides["real"][index], self.sides["sim"][index]
+            return self.narrow.entity_difference(real, sim, self.contexts[index])
+        return self.every("real", index) - self.every("sim", index)
+
+    def among(self, side: str, index: int, candidates: set[str]) -> set[str]:
+        """The *candidates* that *side*'s observation at step *index* holds."""
+        if not candidates:
+            return set()
+        if self.narrow is not None and (side, index) not in self._all:
+            observation = self.sides[side][index]
+            return self.narrow.entities_among(observation, self.contexts[index], candidates)
+        return self.every(side, index) & candidates
+
+    def every(self, side: str, index: int) -> set[str]:
+        """All entities of *side*'s observation at step *index* (extracted once)."""
+        key = (side, index)
+        if key not in self._all:
+            self._all[key] = self.source.entities(self.sides[side][index], self.contexts[index])
+        return self._all[key]
+
+
+class _FirstSeen:
+    """The first compared step at which one side showed an entity (searched lazily, remembered)."""
+
+    def __init__(self, entities: _Entities, side: str) -> None:
+        self.entities, self.side = entities, side
+        self.found: dict[str, int] = {}
+        self.searched: dict[str, int] = {}  # entity -> how many compared steps hold no trace of it
+
+    def first(self, candidates: set[str], compared: Sequence[int]) -> dict[str, int]:
+        """Candidate -> index of the first of the *compared* steps that holds it (if any does)."""
+        pending = {e for e in candidates if e not in self.found}
+        start = min((self.searched.get(e, 0) for e in pending), default=len(compared))
+        for position in range(start, len(compared)):
+            if not pending:
+                break
+            asking = {e for e in pending if self.searched.get(e, 0) <= position}
+            for entity in self.entities.among(self.side, compared[position], asking):
+                self.found[entity] = compared[position]
+                pending.discard(entity)
+        for entity in pending:
+            self.searched[entity] = len(compared)
+        return {e: self.found[e] for e in candidates if e in self.found}
 
 
 def check_consistency(
@@ -56,31 +140,44 @@ def check_consistency(
     contexts: Sequence[CompareContext],
     comparisons: list[StepComparison],
 ) -> list[StepComparison]:
-    """*comparisons* with cross-turn inconsistencies added (reasons, metric, drift)."""
-    created: dict[str, int] = {}
+    """*comparisons* with cross-turn inconsistencies added (reasons, metric, drift).
+
+    An entity was created at the first compared step whose simulated
+    observation shows it, provided the real one shows it there too.
+    """
+    entities = _Entities(source, real, sim, contexts)
+    in_sim, in_real = _FirstSeen(entities, "sim"), _FirstSeen(entities, "real")
+    compared: list[int] = []
     invented: dict[str, int] = {}
-    seen_in_sim: set[str] = set()
-    seen_in_real: set[str] = set()
     result = []
-    for depth, (r, s, context, comparison) in enumerate(
-        zip(real, sim, contexts, comparisons, strict=True), start=1
-    ):
+    for index, comparison in enumerate(comparisons):
         if comparison.infra_failure:
             result.append(comparison)
             continue
-        all_real = source.entities(r, context)
-        real_e, sim_e = stateful(all_real), stateful(source.entities(s, context))
-        missing = sorted(e for e in real_e - sim_e if e in created)
-        for entity in (sim_e & real_e) - seen_in_sim:
-            created[entity] = depth
-        seen_in_sim |= sim_e
-        seen_in_real |= all_real
-        flagged = _flag(comparison, missing, created) if missing else comparison
-        flagged = _propagated(flagged, invented, seen_in_real)
+        candidates = stateful(entities.real_only(index))
+        created = _created(candidates, compared, in_sim, entities) if candidates else {}
+        compared.append(index)
+        flagged = _flag(comparison, sorted(created), created) if created else comparison
+        repeated = {e for e in flagged.stale if e in invented}
+        shown_real = set(in_real.first(repeated, compared)) if repeated else set()
+        flagged = _propagated(flagged, invented, shown_real)
         for entity in flagged.hallucinations:
-            invented.setdefault(entity, depth)
+            invented.setdefault(entity, index + 1)
         result.append(flagged)
     return result
+
+
+def _created(
+    candidates: set[str], compared: Sequence[int], in_sim: _FirstSeen, entities: _Entities
+) -> dict[str, int]:
+    """Candidate -> depth at which the simulator created it (first shown by sim, with real)."""
+    created: dict[str, int] = {}
+    by_step: dict[int, set[str]] = {}
+    for entity, index in in_sim.first(candidates, compared).items():
+        by_step.setdefault(index, set()).add(entity)
+    for index, group in by_step.items():
+        created.update((e, index + 1) for e in entities.among("real", index, group))
+    return created
 
 
 def _propagated(

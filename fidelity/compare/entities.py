@@ -24,7 +24,10 @@ forget. Kinds:
 
 Placeholders written by normalization (``<TIMESTAMP>``…) are never entities.
 Extraction is one pass of one compiled regex plus, for listing commands, one
-line-oriented regex.
+line-oriented regex. It is line-local: the entities of a text are the union of
+those of its lines (every substring guard is a sound prefilter), so callers may
+extract only the lines two texts do not share (``terminal.entity_diff``, the
+cross-turn consistency check).
 """
 
 from __future__ import annotations
@@ -147,8 +150,8 @@ _GIT_STATUS_RE = re.compile(
 )
 # Each identifier regex starts with a literal (or a one-character class), so ``re`` skips fast.
 _IDENT_RES = (
-    ("def ", re.compile(r"def[ \t]+([A-Za-z_]\w*)")),
-    ("class ", re.compile(r"class[ \t]+([A-Za-z_]\w*)")),
+    ("def", re.compile(r"def[ \t]+([A-Za-z_]\w*)")),
+    ("class", re.compile(r"class[ \t]+([A-Za-z_]\w*)")),
     (", in ", re.compile(r", in ([A-Za-z_]\w*)$", re.MULTILINE)),
     ("(", re.compile(r"\.(?<=[\w)\]]\.)([A-Za-z_]\w{2,})\(")),
     ("attribute", re.compile(r"has no attribute '(\w+)'")),
@@ -168,16 +171,26 @@ def extract(text: str, command: str | None = None) -> set[str]:
     entity, likewise for ``git status`` and ``tree`` output.
     """
     found = {_entity(m) for m in _ENTITY_RE.finditer(text)}
-    found.update("errmsg:" + m for m in _ERRMSG_RE.findall(text))
+    found.update("errmsg:" + m for m in _error_messages(text))
     program = printing_program(command) if command else None
     if program is not None:
         lister = _LISTERS.get(program)
         if lister is not None:
             found.update("file:" + name for name in lister(text))
-    if "──" in text or "`--" in text:
+    if "──" in text or "--" in text:  # every tree marker holds one of these
         found.update("file:" + name for name in _tree_names(text))
     found.update(code_entities(text))
     return found
+
+
+def _error_messages(text: str) -> list[str]:
+    """The standard error messages in *text* (what ``_ERRMSG_RE.findall`` finds, as a set).
+
+    A substring test per message is several times quicker than the alternation;
+    the regex runs only when two or more messages occur (one may hide another).
+    """
+    present = [m for m in _ERRMSGS if m in text]
+    return _ERRMSG_RE.findall(text) if len(present) > 1 else present
 
 
 def code_entities(text: str) -> set[str]:

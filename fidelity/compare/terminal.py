@@ -32,7 +32,8 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Set
+from typing import NamedTuple
 
 from rapidfuzz.distance import Indel
 from rapidfuzz.process import extractOne
@@ -155,6 +156,24 @@ class TerminalComparator:
             return extract(text, command)
         return set(_cached_extract(text, command))
 
+    def entity_difference(
+        self, real: Observation, sim: Observation, context: CompareContext
+    ) -> set[str]:
+        """``entities(real) - entities(sim)``, extracting only the lines they do not share."""
+        command = context.action.render()
+        real_text = self.normalizer.cached(real.text, command)[0]
+        sim_text = self.normalizer.cached(sim.text, command)[0]
+        return set(exact_entity_diff(real_text, sim_text, command).real_only)
+
+    def entities_among(
+        self, observation: Observation, context: CompareContext, candidates: set[str]
+    ) -> set[str]:
+        """``entities(observation) & candidates``, extracting only lines with a candidate's key."""
+        command = context.action.render()
+        text = self.normalizer.cached(observation.text, command)[0]
+        held = lines_holding(text, {search_key(e) for e in candidates})
+        return extract(held, command) & candidates if held else set()
+
     def _mismatches(
         self, score: float, exit_match: bool | None, real: Observation, sim: Observation
     ) -> list[str]:
@@ -199,28 +218,75 @@ def similarity(real: str, sim: str) -> dict[str, float]:
 def entity_diff(real: str, sim: str, command: str | None = None) -> tuple[set[str], set[str]]:
     """``(sim-only entities, real-only entities)`` of two normalized texts.
 
-    Extraction is line-local, so only lines that differ are extracted; a
-    candidate is then dropped when a line common to both sides holds it.
+    The real-only side also names the non-trivial lines sim dropped without
+    naming anything (:func:`dropped_lines`).
     """
     if real == sim:
         return set(), set()
+    diff = exact_entity_diff(real, sim, command)
+    real_lines, sim_lines = set(real.split("\n")), set(sim.split("\n"))
+    dropped = dropped_lines(real_lines - sim_lines, sim_lines - real_lines, diff.unshared, command)
+    return set(diff.sim_only), set(diff.real_only) | dropped
+
+
+class EntityDiff(NamedTuple):
+    """What :func:`exact_entity_diff` finds."""
+
+    sim_only: frozenset[str]
+    """``E(sim) - E(real)``."""
+    real_only: frozenset[str]
+    """``E(real) - E(sim)``."""
+    unshared: frozenset[str]
+    """Entities of real's own lines that sim's own lines lack (a superset of ``real_only``)."""
+
+
+@functools.lru_cache(maxsize=256)
+def exact_entity_diff(real: str, sim: str, command: str | None = None) -> EntityDiff:
+    """The entity sets by which two normalized texts differ, for :func:`extract` ``E``.
+
+    Extraction is line-local, so only lines that differ are extracted; a
+    candidate is then dropped when a line common to both sides holds it.
+    Remembered (the comparison and the consistency check both ask).
+    """
+    if real == sim:
+        return EntityDiff(frozenset(), frozenset(), frozenset())
     real_lines, sim_lines = set(real.split("\n")), set(sim.split("\n"))
     real_found = extract("\n".join(real_lines - sim_lines), command)
     sim_found = extract("\n".join(sim_lines - real_lines), command)
     sim_only, real_only = sim_found - real_found, real_found - sim_found
-    real_only |= dropped_lines(real_lines - sim_lines, sim_lines - real_lines, real_only, command)
-    if not (sim_only or real_only):
-        return sim_only, real_only
-    common = real_lines & sim_lines
-    blob = "\n".join(common)
-    keys = [k for k in {search_key(e) for e in sim_only | real_only} if k in blob]
-    if keys:
-        shared = extract(
-            "\n".join(line for line in common if any(k in line for k in keys)), command
-        )
+    unshared = frozenset(real_only)
+    if sim_only or real_only:
+        shared = entities_held(real_lines & sim_lines, sim_only | real_only, command)
         sim_only -= shared
         real_only -= shared
-    return sim_only, real_only
+    return EntityDiff(frozenset(sim_only), frozenset(real_only), unshared)
+
+
+def entities_held(lines: Iterable[str], candidates: set[str], command: str | None) -> set[str]:
+    """The *candidates* that :func:`extract` finds in *lines* (only lines with a search key run)."""
+    held = lines_holding("\n".join(lines), {search_key(e) for e in candidates})
+    return extract(held, command) & candidates if held else set()
+
+
+def lines_holding(text: str, keys: Iterable[str]) -> str:
+    """The lines of *text* that contain one of *keys*, in order, joined by line breaks.
+
+    Each key is found with ``str.find`` (so a key absent from the text costs
+    one scan and lines are never tested one by one).
+    """
+    keys = set(keys)
+    if "" in keys:  # the empty key is in every line
+        return text
+    spans: set[tuple[int, int]] = set()
+    for key in keys:
+        at = text.find(key)
+        while at != -1:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end == -1 else end
+            spans.add((start, end))
+            at = text.find(key, end)
+    return "\n".join(text[start:end] for start, end in sorted(spans))
 
 
 DROPPED_MIN_CHARS = 12
@@ -236,7 +302,7 @@ _WORD_RE = re.compile(r"[A-Za-z]{2}")
 
 
 def dropped_lines(
-    real_only: set[str], sim_only: set[str], named: set[str], command: str | None
+    real_only: set[str], sim_only: set[str], named: Set[str], command: str | None
 ) -> set[str]:
     """``line:<text>`` omissions: non-trivial real lines sim dropped without naming anything.
 
@@ -301,9 +367,7 @@ def shown_entities(
         if not pending:
             continue
         normalized, _ = normalizer.cached(text, command)
-        lines = "\n".join(
-            line for line in normalized.split("\n") if any(k in line for k in pending.values())
-        )
+        lines = lines_holding(normalized, set(pending.values()))
         found = extract(lines, command)
         shown.update(e for e in pending if e in found or _name_mentioned(e, lines))
         if len(shown) == len(candidates):

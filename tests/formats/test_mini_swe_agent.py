@@ -13,7 +13,7 @@ from fidelity.formats.convert import import_trajectories, sniff_format
 from fidelity.formats.jsonl import read_trajectories
 from fidelity.formats.mini_swe_agent import read_mini_swe_agent
 from fidelity.model import CommandAction
-from tests.conftest import IN_CI
+from tests.conftest import unavailable
 
 DATA = Path(__file__).parent / "data"
 TRAJ = DATA / "mini_swe_agent" / "astropy__astropy-14182.traj.json"
@@ -86,9 +86,7 @@ def test_every_shared_public_run_imports(tmp_path: Path) -> None:
     """The 122 public mini-swe-agent runs beside the checkout import without error."""
     runs = sorted((SHARED / "mini-swe-agent").glob("*.traj.json"))
     if not runs:
-        if IN_CI:
-            pytest.fail("../shared/agent-trajectories must lie beside the checkout in CI")
-        pytest.skip("../shared/agent-trajectories is not beside this checkout")
+        unavailable("../shared/agent-trajectories is not beside this checkout")
     result = import_trajectories("mini-swe-agent", runs, tmp_path / "out.jsonl")
     assert result.trajectories == len(runs)
     assert result.steps > 20 * len(runs)

@@ -12,7 +12,7 @@ import pytest
 from fidelity.model import EnvSpec, ToolAction
 from fidelity.sandboxes.base import Sandbox
 from fidelity.sandboxes.search import SearchConfig, SearchSandbox
-from tests.conftest import IN_CI
+from tests.conftest import unavailable
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 
 ENV = EnvSpec(backend="search")
@@ -24,12 +24,9 @@ def corpus() -> Path:
     from fidelity.sandboxes.search_corpus import build_corpus, sources
 
     if not sources():
-        message = (
+        unavailable(
             "Debian python3.11-doc / dict-foldoc are not installed (scripts/bootstrap.sh tests)"
         )
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
     return build_corpus()
 
 
