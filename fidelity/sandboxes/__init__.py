@@ -21,15 +21,15 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter, ValidationError
 
 from fidelity.errors import UsageError
+from fidelity.sandboxes.adb import AdbConfig
 from fidelity.sandboxes.base import Sandbox
 from fidelity.sandboxes.browser import BrowserConfig
 from fidelity.sandboxes.config import SandboxConfigBase
+from fidelity.sandboxes.desktop import DesktopConfig
 from fidelity.sandboxes.docker import DockerConfig
 from fidelity.sandboxes.local import LocalConfig
-from fidelity.sandboxes.adb import AdbConfig
-from fidelity.sandboxes.desktop import DesktopConfig
-from fidelity.sandboxes.search import SearchConfig
 from fidelity.sandboxes.mcp import McpConfig
+from fidelity.sandboxes.search import SearchConfig
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,13 @@ REGISTRY: dict[str, Backend] = {
 """Every sandbox backend, by its config's ``type``."""
 
 SandboxConfig = Annotated[
-    LocalConfig | DockerConfig | BrowserConfig | McpConfig | SearchConfig | DesktopConfig | AdbConfig,
+    LocalConfig
+    | DockerConfig
+    | BrowserConfig
+    | McpConfig
+    | SearchConfig
+    | DesktopConfig
+    | AdbConfig,
     Field(discriminator="type"),
 ]
 """Any backend's config, told apart by ``type`` (serializes and validates back)."""
@@ -141,9 +147,7 @@ def backend(name: str) -> Backend:
     """The registry entry of *name*; UsageError naming the known backends otherwise."""
     entry = REGISTRY.get(name)
     if entry is None:
-        raise UsageError(
-            f"unknown sandbox backend {name!r}; choose one of: {', '.join(BACKENDS)}"
-        )
+        raise UsageError(f"unknown sandbox backend {name!r}; choose one of: {', '.join(BACKENDS)}")
     return entry
 
 

@@ -29,14 +29,14 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import Action, AndroidAction, EnvSpec, Observation
-from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.config import SandboxConfigBase
 
 DUMP_PATH = "/sdcard/window_dump.xml"
 APPS: dict[str, str] = {
@@ -199,7 +199,9 @@ def ui_elements(xml: str) -> list[UIElement]:
         if box is None or screen is None or not _on_screen(box, screen):
             continue
         flags = {
-            name: (node.get(attribute) == "true") if attribute else node.get("class", "").endswith("EditText")
+            name: (node.get(attribute) == "true")
+            if attribute
+            else node.get("class", "").endswith("EditText")
             for name, attribute in _FLAG_ATTRIBUTES
         }
         elements.append(
@@ -226,8 +228,12 @@ def _box(bounds: str) -> tuple[int, int, int, int] | None:
 
 def _on_screen(box: tuple[int, int, int, int], screen: tuple[int, int, int, int]) -> bool:
     x_min, x_max, y_min, y_max = box
-    return x_max > x_min and y_max > y_min and x_min >= screen[0] and y_min >= screen[2] and (
-        x_max <= screen[1] and y_max <= screen[3]
+    return (
+        x_max > x_min
+        and y_max > y_min
+        and x_min >= screen[0]
+        and y_min >= screen[2]
+        and (x_max <= screen[1] and y_max <= screen[3])
     )
 
 
@@ -243,7 +249,9 @@ class AdbSandbox(Sandbox):
 
     def __init__(self, config: AdbConfig | None = None) -> None:
         self.config = config or AdbConfig()
-        self.client = AdbClient(self.config.host, self.config.port, self.config.serial, self.config.step_timeout)
+        self.client = AdbClient(
+            self.config.host, self.config.port, self.config.serial, self.config.step_timeout
+        )
         self._lock = threading.Lock()
         self._open = False
         self._elements: list[UIElement] = []
@@ -257,7 +265,9 @@ class AdbSandbox(Sandbox):
         serial = self.config.serial
         if serial is not None and devices.get(serial) != "device":
             listed = ", ".join(f"{s} ({st})" for s, st in devices.items()) or "none"
-            raise SandboxUnavailableError(f"device {serial!r} is not attached and ready; devices: {listed}")
+            raise SandboxUnavailableError(
+                f"device {serial!r} is not attached and ready; devices: {listed}"
+            )
         if serial is None and len(devices) != 1:
             raise UsageError(f"{len(devices)} devices attached: name one with --serial")
         track(self)
@@ -341,7 +351,10 @@ class AdbSandbox(Sandbox):
             x, y = self._target(action)
             commands.append(f"input tap {x} {y}")
         if action.clear_text:
-            commands += ["input keyevent KEYCODE_MOVE_END", "input keyevent --longpress KEYCODE_DEL"]
+            commands += [
+                "input keyevent KEYCODE_MOVE_END",
+                "input keyevent --longpress KEYCODE_DEL",
+            ]
         commands.append(f"input text {input_text_argument(action.text)}")
         return commands
 
@@ -424,5 +437,3 @@ def build(config: AdbConfig) -> AdbSandbox:
 def sweep() -> int:
     """Nothing to sweep: the device and its adb server belong to the user."""
     return 0
-
-

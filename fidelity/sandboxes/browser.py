@@ -45,7 +45,6 @@ from pydantic import Field
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import Action, BrowserAction, EnvSpec, Observation
 from fidelity.sandboxes.base import Sandbox, track, untrack
-from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.browser_actions import ActionSyntaxError, ParsedAction, parse_action
 from fidelity.sandboxes.browser_tree import (
     MARK_BIDS_JS,
@@ -55,6 +54,7 @@ from fidelity.sandboxes.browser_tree import (
     quote,
     render_tree,
 )
+from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.web_sites import OWNER_FLAG, SiteProcess, load_site, project_dir
 
 if TYPE_CHECKING:

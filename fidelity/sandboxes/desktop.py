@@ -41,8 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import Action, CodeAction, EnvSpec, Observation
 from fidelity.resources import data_dir
-from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
 
 _ROOT_PREFIX = "fidelity-desktop-"
@@ -277,7 +277,9 @@ class DesktopSandbox(Sandbox):
     # -- starting and stopping -----------------------------------------------
 
     def _check_available(self) -> None:
-        missing = [name for name in (self.config.python, *REQUIRED_BINARIES) if not shutil.which(name)]
+        missing = [
+            name for name in (self.config.python, *REQUIRED_BINARIES) if not shutil.which(name)
+        ]
         if missing:
             raise SandboxUnavailableError(
                 f"the desktop backend needs {', '.join(missing)}: scripts/bootstrap.sh installs "
@@ -329,7 +331,9 @@ class DesktopSandbox(Sandbox):
         if not answer.get("ready"):
             log = str(answer.get("log", "")).strip().splitlines()[-3:]
             self._stop()
-            raise SandboxError(f"the desktop did not start: {answer.get('error')} {' | '.join(log)}")
+            raise SandboxError(
+                f"the desktop did not start: {answer.get('error')} {' | '.join(log)}"
+            )
         self._display = str(answer["display"])
 
     def _stop(self) -> None:
@@ -488,5 +492,3 @@ def sweep(temp_root: str | None = None) -> int:
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
     return removed
-
-

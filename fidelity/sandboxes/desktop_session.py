@@ -117,7 +117,7 @@ class Session:
         self._wait(self._wm_ready, 20, "openbox did not take the display")
         os.environ.clear()
         os.environ.update(self.env)
-        import pyatspi  # type: ignore[import-not-found]  # noqa: PLC0415 - after the buses exist
+        import pyatspi  # type: ignore[import-not-found]
 
         self.atspi = pyatspi
         for app in self.spec["apps"]:
@@ -127,8 +127,19 @@ class Session:
         read, write = os.pipe()
         width, height = self.spec["width"], self.spec["height"]
         self.spawn(
-            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{width}x{height}x24",
-             "-nolisten", "tcp", "-noreset", "-dpi", "96"],
+            [
+                "Xvfb",
+                "-displayfd",
+                str(write),
+                "-screen",
+                "0",
+                f"{width}x{height}x24",
+                "-nolisten",
+                "tcp",
+                "-noreset",
+                "-dpi",
+                "96",
+            ],
             pass_fds=(write,),
         )
         os.close(write)
@@ -139,8 +150,13 @@ class Session:
     def _start_dbus(self) -> None:
         read, write = os.pipe()
         self.spawn(
-            ["dbus-daemon", "--session", "--nofork", f"--print-address={write}",
-             f"--address=unix:path={self.root / 'run' / 'bus'}"],
+            [
+                "dbus-daemon",
+                "--session",
+                "--nofork",
+                f"--print-address={write}",
+                f"--address=unix:path={self.root / 'run' / 'bus'}",
+            ],
             pass_fds=(write,),
         )
         os.close(write)
@@ -149,7 +165,10 @@ class Session:
     def _wm_ready(self) -> bool:
         probe = subprocess.run(
             ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"],
-            env=self.env, capture_output=True, text=True, check=False,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         return "window id" in probe.stdout
 
@@ -261,8 +280,12 @@ class Session:
             return
         for index in range(_safe(lambda: action.nActions) or 0):
             name = (_safe(lambda i=index: action.getName(i)) or "").replace(" ", "-")
-            attrs[f"{{{NS['act']}}}{name}_desc"] = _safe(lambda i=index: action.getDescription(i)) or ""
-            attrs[f"{{{NS['act']}}}{name}_kb"] = _safe(lambda i=index: action.getKeyBinding(i)) or ""
+            attrs[f"{{{NS['act']}}}{name}_desc"] = (
+                _safe(lambda i=index: action.getDescription(i)) or ""
+            )
+            attrs[f"{{{NS['act']}}}{name}_kb"] = (
+                _safe(lambda i=index: action.getKeyBinding(i)) or ""
+            )
 
     def _showing_cells(self, table: Any) -> list[Any]:
         """The showing cells of a Calc sheet (OSWorld walks rows from the first showing one)."""
@@ -288,7 +311,10 @@ class Session:
         """Save the screen as PNG at *path* (ImageMagick's ``import``)."""
         subprocess.run(
             ["import", "-silent", "-window", "root", path],
-            env=self.env, check=True, capture_output=True, timeout=30,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=30,
         )
 
     # -- stopping ------------------------------------------------------------

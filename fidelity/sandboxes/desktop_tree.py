@@ -73,9 +73,7 @@ def pair(value: str | None) -> tuple[int, int] | None:
 def kept(node: ET.Element) -> bool:
     """OSWorld's ``judge_node`` for Ubuntu (images not checked)."""
     tag = node.tag
-    role_kept = (
-        tag.startswith("document") or tag.endswith(_KEPT_SUFFIXES) or tag in _KEPT_TAGS
-    )
+    role_kept = tag.startswith("document") or tag.endswith(_KEPT_SUFFIXES) or tag in _KEPT_TAGS
     if not role_kept:
         return False
     if node.get(f"{{{ST}}}showing") != "true" or node.get(f"{{{ST}}}visible") != "true":

@@ -28,13 +28,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import Action, EnvSpec, McpServer, Observation, ToolAction
 from fidelity.sandboxes import mcp_servers
-from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.config import SandboxConfigBase
 
 OWNER_ENV = "FIDELITY_MCP_OWNER"
 """Set in every server's environment: ``<auditor pid>``."""

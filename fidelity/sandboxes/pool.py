@@ -37,7 +37,9 @@ def new_sandbox(options: SandboxConfigBase | dict[str, Any]) -> DockerSandbox:
 class SandboxPool:
     """Up to *size* concurrent sandboxes of one configuration, reused between trajectories."""
 
-    def __init__(self, options: SandboxConfigBase | dict[str, Any], size: int | None = None) -> None:
+    def __init__(
+        self, options: SandboxConfigBase | dict[str, Any], size: int | None = None
+    ) -> None:
         self.options = _config(options)
         self.size = size or os.cpu_count() or 2
         self._slots = threading.BoundedSemaphore(self.size)
@@ -98,7 +100,9 @@ _pools: dict[str, SandboxPool] = {}
 _pools_lock = threading.Lock()
 
 
-def shared_pool(options: SandboxConfigBase | dict[str, Any], size: int | None = None) -> SandboxPool:
+def shared_pool(
+    options: SandboxConfigBase | dict[str, Any], size: int | None = None
+) -> SandboxPool:
     """The process-wide pool for these sandbox options (created on first use)."""
     key = _config(options).model_dump_json()
     with _pools_lock:

@@ -19,12 +19,12 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError
 from fidelity.model import Action, EnvSpec, Observation, ToolAction
-from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.search_engines import Engine, Hit, open_engine
 
 ENGINE_URL_ENV = "FIDELITY_SEARCH_ENGINE_URL"

@@ -111,10 +111,12 @@ class Device:
         if screen == "network" and 750 <= y <= 840:  # the airplane mode switch flips
             xml = self.xml
             flipped = ('checked="false"', 'checked="true"')
-            switch = re.search(r'<node [^>]*android:id/switch_widget[^>]*>', xml)
+            switch = re.search(r"<node [^>]*android:id/switch_widget[^>]*>", xml)
             assert switch is not None
             old = switch.group(0)
-            new = old.replace(*flipped) if flipped[0] in old else old.replace(flipped[1], flipped[0])
+            new = (
+                old.replace(*flipped) if flipped[0] in old else old.replace(flipped[1], flipped[0])
+            )
             self.screens["network"] = xml.replace(old, new)
 
     def _type(self, text: str) -> None:

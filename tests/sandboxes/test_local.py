@@ -175,7 +175,7 @@ def test_processes_under_the_per_process_limit_cannot_exceed_the_total(
         hold = "import time; x = bytearray(b'1') * (150 * 1024**2); time.sleep(2)"
         alone = run(box, f'python3 -c "{hold}" && echo alone-ok', timeout=60)
         assert alone.text == "alone-ok\n" and alone.error is None  # each is under the limit
-        together = run(box, f"for i in 1 2 3; do python3 -c \"{hold}\" & done; wait", timeout=60)
+        together = run(box, f'for i in 1 2 3; do python3 -c "{hold}" & done; wait', timeout=60)
         assert together.error is not None and "memory limit of 256 MB" in together.error
         assert run(box, "echo survived").text == "survived\n"
     finally:

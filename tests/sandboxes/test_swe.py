@@ -230,7 +230,9 @@ def test_suite_replays_agree_and_audit_writes_run(swe_image: str, tmp_path: Path
     suite.write_text("".join(json.dumps(t) + "\n" for t in subset))
     for name in ("a", "b"):
         output = tmp_path / f"{name}.jsonl"
-        replayed = runner.invoke(app, ["replay", str(suite), "-o", str(output), "--allow-root", str(SWE)])
+        replayed = runner.invoke(
+            app, ["replay", str(suite), "-o", str(output), "--allow-root", str(SWE)]
+        )
         assert replayed.exit_code == 0, replayed.output
     diffed = runner.invoke(
         app, ["diff", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--format", "jsonl"]
