@@ -126,10 +126,8 @@ def timed(command: list[str]) -> dict[str, Any]:
 
 def fidelity_way(path: Path, report: Path) -> dict[str, Any]:
     """``fidelity report`` as a user runs it: a fresh process, timed whole."""
-    result = timed(
-        [sys.executable, "-m", "fidelity", "report", "--db", str(path), "--run", "bench"]
-        + ["-o", str(report)]
-    )
+    command = [sys.executable, "-m", "fidelity", "report", "--db", str(path), "--run", "bench"]
+    result = timed([*command, "-o", str(report)])
     return {**result, "report_bytes": report.stat().st_size}
 
 
@@ -224,6 +222,7 @@ def main() -> None:
             f"{naive['wall'] / max(ours['wall'], 1e-9):.1f}x wall, "
             f"{naive['peak_mib'] / max(ours['peak_mib'], 1e-9):.1f}x peak RSS"
         )
+
 
 if __name__ == "__main__":
     main()
