@@ -106,7 +106,7 @@ BENCHMARK_ARGS: dict[str, list[str]] = {
     "store_writes.py": ["--steps", "20000", "--naive-steps", "1000"],
     "swe_pool.py": ["--runs", "2", "--rounds", "1", "--max-concurrency", "2"],
 }
-BENCHMARK_MODULES = {"compare_devset.py"}  # imported by the scripts, not run
+BENCHMARK_MODULES = {"compare_devset.py", "replay_cli.py"}  # imported by the scripts, not run
 
 
 @nox.session
