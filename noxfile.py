@@ -87,14 +87,14 @@ def search(session: nox.Session) -> None:
 BENCHMARK_ARGS: dict[str, list[str]] = {
     "agent_devset.py": [],
     "analysis_scale.py": ["--trajectories", "1000", "--depth", "50"],
-    "browser_latency.py": ["--trajectories", "4"],
+    "browser_latency.py": ["--trajectories", "2"],
     "calibrate.py": ["--dry-run", "--cache", ".nox/benchmarks/replays"],
     "calibrate_os.py": [],  # its two desktop replays are made first, see below
     "calibrate_tools.py": ["--dry-run"],
     "compare_quality.py": ["--cache", ".nox/benchmarks/replays"],
     "compare_throughput.py": ["--pairs", "1000", "--repeat", "1"],
     "desktop_latency.py": ["--steps", "3"],
-    "diff_throughput.py": ["--trajectories", "50", "--depth", "10", "--scale", "4"],
+    "diff_throughput.py": ["--trajectories", "30", "--depth", "10", "--scale", "3"],
     "docker_latency.py": ["--steps", "30", "--starts", "2", "--max-concurrency", "2"],
     "fault_bounds.py": [],
     "gate_scale.py": ["--sizes", "2000,10000", "--sample", "10"],

@@ -31,8 +31,9 @@ def replay_cli(suite: Path, *options: str) -> tuple[float, int, int]:
 def print_replay(suite: Path, *options: str) -> None:
     """Print the end-to-end replay figure of *suite* (one line)."""
     seconds, trajectories, steps = replay_cli(suite, *options)
+    command = " ".join(["fidelity replay", f"{suite.parent.name}/{suite.name}", *options])
     print(
-        f"  end to end: `fidelity replay {suite.name} {' '.join(options)}`: {trajectories} "
+        f"  end to end: `{command}`: {trajectories} "
         f"trajectories, {steps} steps in {seconds:.1f} s wall ({steps / seconds:.1f} steps/s, "
         f"{seconds / steps * 1000:.0f} ms a step, process start, resets and imports included)"
     )
