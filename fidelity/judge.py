@@ -447,8 +447,12 @@ async def _judge_tasks(
     pending: list[JudgmentRecord] = []
 
     def keep(record: TrajectoryRecord) -> None:
-        done.extend(record.judgments)
-        pending.extend(record.judgments)
+        from fidelity.task import JudgedRecord
+
+        # a worker lost twice comes back as a plain failed record: its steps stay unjudged
+        judged = record.judgments if isinstance(record, JudgedRecord) else []
+        done.extend(judged)
+        pending.extend(judged)
         if len(pending) >= _FLUSH_EVERY:
             store.write_judgments(run_id, config.describe(), pending)
             pending.clear()

@@ -238,7 +238,6 @@ class TrajectoryRecord:
     sim_seconds: float
     error: str | None = None
     extra: list[SimVariant] = field(default_factory=list)
-    judgments: list[JudgmentRecord] = field(default_factory=list)  # a judging task's verdicts
 
     def variants(self) -> list[SimVariant]:
         """Every simulation of the trajectory, the first one included."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,6 +66,13 @@ class StoredVariant(BaseModel):
     mode: str
     sample: int = Field(default=0, ge=0)
     steps: list[StoredStep] = Field(description="its compared steps, no infrastructure failure")
+
+
+@dataclass
+class JudgedRecord(TrajectoryRecord):
+    """The record of a judging task: the judge's verdict on each of its stored steps."""
+
+    judgments: list[JudgmentRecord] = field(default_factory=list)
 
 
 class TrajectoryTask(BaseModel):
@@ -181,8 +189,9 @@ class TaskRunner:
             compared(task, trajectory, real_obs, mode, sample, sim) for mode, sample, sim in draws
         ]
         record = _record(trajectory, real, real_seconds, sim_seconds, variants)
-        record.judgments = await self.judged(task)
-        return record
+        if task.judge is None:
+            return record
+        return JudgedRecord(**vars(record), judgments=await self.judged(task))
 
     async def judged(self, task: TrajectoryTask) -> list[JudgmentRecord]:
         """The judge's verdict on every stored step of *task* (none without a judge).
