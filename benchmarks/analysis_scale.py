@@ -1,18 +1,21 @@
 """Analysis and report of a 100k-step run: time and peak memory, against the naive way.
 
-Synthesizes a run straight into a DuckDB file with set-based SQL (no row-by-row
-inserts): trajectories × depth steps, real and simulated observations, and
-comparisons whose drift grows with depth, with entity lists and normalization
-counts. Then, in the same process:
+Synthesizes a run into a DuckDB file through the store's own bulk writer
+(``RecordBuffer`` → ``Store.write_trajectories``, the path an audit takes):
+trajectories × depth steps, real and simulated observations, and comparisons
+whose drift grows with depth, with entity lists and normalization counts.
+Then, each in a fresh process (so its peak RSS is its own) and in the same run:
 
-- **fidelity**: ``summarize`` (DuckDB aggregates, bootstrap intervals over
-  per-trajectory counts) and ``render_report``;
+- **fidelity**: ``python -m fidelity report --db DB --run bench -o report.html``,
+  the command a user runs (DuckDB aggregates, bootstrap intervals over
+  per-trajectory counts, the HTML report written), timed as a whole process;
 - **naive**: every comparison row (with both observation texts) fetched into
   Python, aggregated per depth, action and trajectory in loops, then the same
-  bootstrap with ``rng.poisson`` per metric.
+  bootstrap with ``rng.poisson`` per metric (no report written), also timed as
+  a whole process.
 
-Each way runs in a fresh process, so its peak RSS (``resource.getrusage``) is
-its own. Prints time, peak RSS, the report size and the analysis ratio.
+Prints CPU time (user + system: steady on a shared machine), wall time and
+peak RSS of each process, the report size, and the ratios.
 
     python benchmarks/analysis_scale.py [--trajectories 2000] [--depth 50]
 """
@@ -21,20 +24,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from fidelity.analysis.summary import summarize
-from fidelity.report.html import render_report
-from fidelity.store import Store
+if TYPE_CHECKING:  # imported where used: this driver process stays small (see timed())
+    from fidelity.store import TimedObservation, TrajectoryRecord
 
 INFO = {
     "domain": "terminal",
@@ -45,85 +46,104 @@ INFO = {
     "suite_digest": "synthetic",
     "code_version": "bench",
 }
+NAMES = ["ls", "cat", "git log", "pytest", "grep", "python"]
+
+
+def _unit(*key: int) -> float:
+    """A deterministic number in [0, 1) for *key* (the synthetic run's randomness)."""
+    return zlib.crc32(repr(key).encode()) % 10_000 / 10_000
+
+
+def _record(t: int, depth: int) -> TrajectoryRecord:
+    """Trajectory *t* of the synthetic run: *depth* steps, drift growing with depth."""
+    from fidelity.compare.base import StepComparison
+    from fidelity.model import Observation, Trajectory
+    from fidelity.store import TimedObservation, TrajectoryRecord
+
+    commands = [f"{NAMES[(t + d) % len(NAMES)]} arg{d}" for d in range(1, depth + 1)]
+    trajectory = Trajectory.model_validate(
+        {
+            "id": f"traj-{t:06d}",
+            "domain": "terminal",
+            "steps": [{"action": {"type": "command", "command": c}} for c in commands],
+        }
+    )
+
+    def side(name: str, d: int) -> TimedObservation:
+        text = f"{name} output line {d}\n" * 8
+        return TimedObservation(Observation(text=text, exit_code=0, cwd="/workspace"), 12.5)
+
+    comparisons = []
+    for d in range(1, depth + 1):
+        u = _unit(t, d)
+        drifted = u * d / depth
+        comparisons.append(
+            StepComparison(
+                score=1.0 - drifted,
+                drift=drifted > 0.3,
+                infra_failure=u > 0.999,
+                exit_match=True,
+                metrics={"line": 0.9},
+                hallucinations=[f"file:ghost{d}", f"number:{t}"] if drifted > 0.5 else [],
+                omissions=["error:KeyError"] if u > 0.9 else [],
+                normalizations={"timestamps": 1, "pids": 2},
+            )
+        )
+    real = [side("real", d) for d in range(1, depth + 1)]
+    sim = [side("sim", d) for d in range(1, depth + 1)]
+    return TrajectoryRecord(trajectory, real, sim, comparisons, "open-loop", 1.0, 1.0)
 
 
 def synthesize(path: Path, trajectories: int, depth: int) -> int:
-    """Write one run of ``trajectories × depth`` steps with set-based SQL; returns steps."""
+    """Write one run of ``trajectories × depth`` steps through the store; returns steps."""
+    from fidelity.store import RecordBuffer, Store
+
     with Store(path) as store:
         store.start_run("bench", INFO)
-        con = store.connection
-        con.execute(
-            """CREATE TEMP TABLE grid AS
-               SELECT t, d, 'traj-' || lpad(t::VARCHAR, 6, '0') AS tid,
-                      hash(t * 7919 + d) % 10000 / 10000.0 AS u,
-                      ['ls', 'cat', 'git log', 'pytest', 'grep', 'python'][1 + (hash(t + d) % 6)::INT]
-                          AS name
-               FROM range(?) r1(t), range(1, ? + 1) r2(d)""",
-            [trajectories, depth],
-        )
-        con.execute(
-            """INSERT INTO trajectories (run_id, trajectory_id, domain, env, n_steps, status,
-                                       error, real_seconds, sim_seconds, finished_at)
-               SELECT 'bench', tid, 'terminal', '{}', max(d), 'done', NULL, 1.0, 1.0, now()
-               FROM grid GROUP BY tid"""
-        )
-        con.execute(
-            """INSERT INTO steps (run_id, trajectory_id, depth, action_type, action_name, action,
-                                action_json)
-               SELECT 'bench', tid, d, 'command', name, name || ' arg' || d, '{}' FROM grid"""
-        )
-        for side in ("real", "sim"):
-            con.execute(
-                f"""INSERT INTO observations (run_id, trajectory_id, depth, side, mode, sample,
-                                             text, exit_code, cwd, timed_out, truncated, error,
-                                             latency_ms)
-                    SELECT 'bench', tid, d, '{side}', '{"real" if side == "real" else "open-loop"}',
-                           0, repeat('{side} output line ' || d || chr(10), 8), 0, '/workspace',
-                           false, false, NULL, 12.5
-                    FROM grid"""
-            )
-        con.execute(
-            """INSERT INTO comparisons (run_id, trajectory_id, depth, mode, sample, domain, score,
-                                      drift, infra_failure, exit_match, metrics, hallucinations,
-                                      omissions, stale, normalizations, reasons)
-               SELECT 'bench', tid, d, 'open-loop', 0, 'terminal',
-                      1.0 - u * d / ? AS score,
-                      u * d / ? > 0.3 AS drift,
-                      u > 0.999 AS infra_failure,
-                      true,
-                      '{"line": 0.9}',
-                      CASE WHEN u * d / ? > 0.5
-                           THEN ['file:ghost' || d, 'number:' || t] ELSE [] END,
-                      CASE WHEN u > 0.9 THEN ['error:KeyError'] ELSE [] END,
-                      [],
-                      '{"timestamps": 1, "pids": 2}',
-                      []
-               FROM grid""",
-            [depth, depth, depth],
-        )
+        buffer = RecordBuffer(store, "bench", size=256, seconds=3600)
+        for t in range(trajectories):
+            buffer.add(_record(t, depth))
+        buffer.flush()
         store.finish_run("bench", "done")
-        row = con.execute("SELECT count(*) FROM comparisons").fetchone()
-        assert row is not None
-        return int(row[0])
+    return trajectories * depth
 
 
-def fidelity_way(path: Path) -> dict[str, Any]:
-    """summarize + render_report, as ``fidelity report`` does."""
+def timed(command: list[str]) -> dict[str, Any]:
+    """Run *command* as a fresh process: wall and CPU seconds, peak RSS, its stdout.
+
+    Linux counts the parent's RSS at fork into a child's peak (``ru_maxrss``), so
+    the parent running this stays small: the run is synthesized in a child too.
+    """
     started = time.perf_counter()
-    with Store(path, read_only=True) as store:
-        summary = summarize(store, "bench")
-    analysed = time.perf_counter() - started
-    html = render_report(summary)
-    return {
-        "analysis_s": round(analysed, 2),
-        "render_s": round(time.perf_counter() - started - analysed, 2),
-        "cells": len(summary.cells) + len(summary.action_cells),
-        "report_bytes": len(html.encode("utf-8")),
-    }
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, stdout=out)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        if process.returncode != 0:
+            raise SystemExit(f"{' '.join(command[:4])}… failed: exit code {process.returncode}")
+        out.seek(0)
+        return {
+            "wall": wall,
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "peak_mib": usage.ru_maxrss / 1024,
+            "stdout": out.read(),
+        }
+
+
+def fidelity_way(path: Path, report: Path) -> dict[str, Any]:
+    """``fidelity report`` as a user runs it: a fresh process, timed whole."""
+    command = [sys.executable, "-m", "fidelity", "report", "--db", str(path), "--run", "bench"]
+    result = timed([*command, "-o", str(report)])
+    return {**result, "report_bytes": report.stat().st_size}
 
 
 def naive_way(path: Path) -> dict[str, Any]:
     """The same figures the straightforward way: every row in Python, loops, then a bootstrap."""
+    import numpy as np
+
+    from fidelity.store import Store
+
     started = time.perf_counter()
     with Store(path, read_only=True) as store:
         rows = store.connection.execute(
@@ -167,52 +187,58 @@ def naive_way(path: Path) -> dict[str, Any]:
     }
 
 
-def measure(way: str, path: Path) -> None:
-    """Run one way in this process and print its time and this process's peak RSS."""
-    started = time.perf_counter()
-    result = (fidelity_way if way == "fidelity" else naive_way)(path)
-    elapsed = time.perf_counter() - started
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    extra = ", ".join(f"{k} {v:,}" for k, v in result.items())
-    print(f"{way:>9}: {elapsed:6.2f} s total, peak RSS {peak_mib:6.1f} MiB ({extra})", flush=True)
-    print(f"RESULT {way} {result['analysis_s']} {peak_mib:.1f}", flush=True)
+def measure(path: Path) -> None:
+    """The naive way in this process: print its figures."""
+    result = naive_way(path)
+    print(f"RESULT {result['cells']} {result['rows_in_python']}", flush=True)
+
+
+def naive_process(path: Path) -> dict[str, Any]:
+    """The naive way in a fresh process (imports included, like the CLI), timed whole."""
+    result = timed([sys.executable, __file__, "--measure", "naive", "--db", str(path)])
+    line = next(x for x in result["stdout"].splitlines() if x.startswith("RESULT"))
+    _, cells, rows = line.split()
+    return {**result, "cells": int(cells), "rows": int(rows)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=2000)
     parser.add_argument("--depth", type=int, default=50)
-    parser.add_argument("--measure", choices=["fidelity", "naive"], help=argparse.SUPPRESS)
+    parser.add_argument("--measure", choices=["naive", "synthesize"], help=argparse.SUPPRESS)
     parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.measure:
-        measure(args.measure, args.db)
+    if args.measure == "naive":
+        measure(args.db)
+        return
+    if args.measure == "synthesize":
+        print(synthesize(args.db, args.trajectories, args.depth))
         return
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.duckdb"
         started = time.perf_counter()
-        steps = synthesize(path, args.trajectories, args.depth)
+        size_args = ["--trajectories", str(args.trajectories), "--depth", str(args.depth)]
+        made = timed(
+            [sys.executable, __file__, "--measure", "synthesize", "--db", str(path), *size_args]
+        )
+        steps = int(made["stdout"].split()[-1])
         size = path.stat().st_size / 2**20
         print(
-            f"synthesized {steps:,} steps in {time.perf_counter() - started:.2f} s ({size:.0f} MiB)"
+            f"synthesized {steps:,} steps through the store in "
+            f"{time.perf_counter() - started:.2f} s ({size:.0f} MiB)"
         )
-        analysis = {}
-        for way in ("fidelity", "naive"):  # each in a fresh process: its own peak RSS
-            output = subprocess.run(
-                [sys.executable, __file__, "--measure", way, "--db", str(path)],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            for line in output.splitlines():
-                if line.startswith("RESULT"):
-                    _, name, seconds, _peak = line.split()
-                    analysis[name] = float(seconds)
-                else:
-                    print(line)
-        ratio = analysis["naive"] / max(analysis["fidelity"], 1e-9)
+        ours = fidelity_way(path, Path(folder) / "report.html")
+        naive = naive_process(path)
+        for name, way in (("fidelity report", ours), ("naive (rows into Python, loops)", naive)):
+            print(
+                f"{name:>31}: {way['cpu']:6.2f} s CPU, {way['wall']:6.2f} s wall, "
+                f"peak RSS {way['peak_mib']:6.1f} MiB, {steps / way['cpu']:8,.0f} steps/s of CPU"
+            )
+        print(f"report: {ours['report_bytes']:,} bytes; naive fetched {naive['rows']:,} rows")
         print(
-            f"analysis ratio naive/fidelity: {ratio:.1f}x (same figures: rates, intervals, kinds)"
+            f"ratio naive/fidelity: {naive['cpu'] / max(ours['cpu'], 1e-9):.1f}x CPU time, "
+            f"{naive['wall'] / max(ours['wall'], 1e-9):.1f}x wall, "
+            f"{naive['peak_mib'] / max(ours['peak_mib'], 1e-9):.1f}x peak RSS"
         )
 
 

@@ -20,8 +20,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from replay_cli import print_replay
+
 from fidelity.errors import SandboxUnavailableError
 from fidelity.model import CommandAction, EnvSpec
+from fidelity.resources import default_suite
 from fidelity.sandboxes.docker import DockerConfig, DockerSandbox, close_pools
 from fidelity.sandboxes.images import docker_client, ensure_image
 
@@ -112,6 +115,7 @@ def main() -> int:
             rate = throughput(image, env, workers, args.steps)
             print(f"throughput, {workers:2d} concurrent      {rate:8.1f} steps/s")
             workers *= 2
+    print_replay(default_suite("terminal"), "--sandbox", "docker")
     return 0
 
 

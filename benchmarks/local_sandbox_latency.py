@@ -14,6 +14,8 @@ import statistics
 import subprocess
 import time
 
+from replay_cli import print_replay
+
 from fidelity.model import CommandAction, EnvSpec
 from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
@@ -109,6 +111,7 @@ def main() -> None:
         f"  ratio (naive / persistent, medians): {statistics.median(slow) / statistics.median(fast):.1f}x"
     )
     print(f"  reset (copy workdir + git setup + shell): {_ms(reset)}")
+    print_replay(default_suite("terminal"), "--sandbox", "local")
 
 
 if __name__ == "__main__":

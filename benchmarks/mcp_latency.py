@@ -18,7 +18,10 @@ import statistics
 import time
 from typing import Any
 
+from replay_cli import print_replay
+
 from fidelity.model import EnvSpec, McpServer, ToolAction
+from fidelity.resources import default_suite
 from fidelity.sandboxes import mcp_servers
 from fidelity.sandboxes.mcp import McpSandbox
 
@@ -118,6 +121,7 @@ def main() -> None:
             f"{len(floor) / sum(floor):>15.0f} {statistics.median(box_starts):>12.2f} / "
             f"{statistics.median(s for s, _ in starts):.2f}"
         )
+    print_replay(default_suite("mcp"))
 
 
 if __name__ == "__main__":

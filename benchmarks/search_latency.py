@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from replay_cli import print_replay
+
 from fidelity.model import EnvSpec, ToolAction
 from fidelity.resources import default_suite
 from fidelity.sandboxes.search import SearchConfig, SearchSandbox
@@ -77,6 +79,7 @@ def main() -> None:
     )
     for kind in ("tantivy", "fts5"):
         measure(kind, folder, queries, urls, options.rounds)
+    print_replay(default_suite("search"))
 
 
 def measure(kind: str, folder: Path, queries: list[str], urls: list[str], rounds: int) -> None:

@@ -870,9 +870,12 @@ def judge(
     ] = 8,
     prompts_dir: PromptsDir = None,
     sim_timeout: SimTimeout = 300.0,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Score a stored run's steps with an LLM judge (AgentWorldBench's five dimensions)."""
+    from fidelity.executors import ExecutorConfig
     from fidelity.judge import JudgeConfig, judge_run
     from fidelity.worldmodels.cache import DEFAULT_CACHE
 
@@ -885,8 +888,14 @@ def judge(
         cache=db.resolve().parent / DEFAULT_CACHE,
         deadline=sim_timeout,
     )
+    where = ExecutorConfig(
+        type=_executor(executor, ray_address),
+        threads=1,
+        sim_concurrency=concurrency,
+        ray_address=ray_address,
+    )
     with _progress(as_json, {"judge": "judged"}) as progress:
-        result = judge_run(db, run, config, progress)
+        result = judge_run(db, run, config, progress, where)
     if as_json:
         out.print_json(result.model_dump_json())
         return

@@ -13,6 +13,14 @@ max_tokens 32768 like the reference. The answer ends in a JSON verdict with
 ``total_score``. An answer without a valid verdict, or a request that finally
 fails, is stored as a judge failure for that step (``error``), never as a score.
 
+The judge runs as trajectory tasks (:mod:`fidelity.task`) like every other
+command: one task per stored trajectory (its real history as the trajectory's
+observations, its compared steps as ``stored`` variants, the judge config), on
+the local executor or Ray (``--executor ray``); each record's judgments are
+stored as it comes back. A rerun by the same judge resumes: a step holding a
+valid judgment of this judge (same :meth:`JudgeConfig.describe`) is kept and
+not asked again; judge failures are asked again.
+
 Judgments go to the ``judgments`` table (keyed like ``comparisons``). Scores
 are normalized as ``eval.py score`` does, ``(x - 1) / 4 * 100`` of the
 ``total_score``, averaged per domain and overall, and reported beside the
@@ -29,7 +37,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,10 +50,15 @@ from fidelity.errors import (
     UnknownDomainError,
     UsageError,
 )
-from fidelity.store import JudgmentRecord, Store
+from fidelity.model import EnvSpec, Observation, Step, Trajectory
+from fidelity.store import ACTION, JudgmentRecord, Store, TrajectoryRecord
 from fidelity.worldmodels.cache import ResponseCache, request_key
 from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel, RequestFailedError
 from fidelity.worldmodels.prompting import OFFICIAL_JUDGE, _template, layout, strip_thinking
+
+if TYPE_CHECKING:
+    from fidelity.executors import ExecutorConfig
+    from fidelity.task import TrajectoryTask
 
 DIMENSIONS = ("format", "factuality", "consistency", "realism", "quality")
 """AgentWorldBench's judge dimensions, each scored 1-5."""
@@ -118,9 +131,12 @@ class JudgeResult(BaseModel):
 
     run_id: str
     judge: dict[str, str]
-    steps: int = Field(description="steps sent to the judge now")
-    judged: int = Field(description="of those, answered with five valid scores")
-    failed: int = Field(description="judge failures (bad answer or failed request)")
+    steps: int = Field(description="compared steps selected (at most --limit)")
+    judged: int = Field(description="of those, holding five valid scores of this judge")
+    resumed: int = Field(
+        default=0, description="of those, judged validly by this judge before: kept, not asked"
+    )
+    failed: int = Field(description="judge failures now (bad answer or failed request)")
     failures: dict[str, int] = Field(description="judge failures by error class")
     mean_scores: dict[str, float] = Field(description="mean 0-100 per dimension, run's judgments")
     domain_scores: dict[str, float] = Field(
@@ -219,48 +235,134 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 
 def judge_run(
-    db: str | Path, run_id: str | None, config: JudgeConfig, progress: Progress | None = None
+    db: str | Path,
+    run_id: str | None,
+    config: JudgeConfig,
+    progress: Progress | None = None,
+    executor: ExecutorConfig | None = None,
 ) -> JudgeResult:
     """Judge the compared steps of *run_id* (default: the latest run) and store the judgments.
 
-    Judgments are written as they arrive (every few dozen steps and at the
-    end, Ctrl-C and errors included), so an interrupted judge keeps what it
-    got. Raises :class:`~fidelity.errors.EndpointUnreachableError` when the
-    judge endpoint refuses connections, :class:`~fidelity.errors.UsageError`
-    when it does not serve ``config.model`` or the judge prompts are missing,
+    One trajectory task per stored trajectory runs on *executor* (default: local
+    threads, ``config.concurrency`` requests at once); each record's judgments
+    are written as it comes back (every few dozen steps and at the end, Ctrl-C
+    and errors included), so an interrupted judge keeps what it got, and a
+    rerun asks only for the steps without a valid judgment of this judge.
+    Raises :class:`~fidelity.errors.EndpointUnreachableError` when the judge
+    endpoint refuses connections, :class:`~fidelity.errors.UsageError` when it
+    does not serve ``config.model`` or the judge prompts are missing,
     :class:`~fidelity.errors.NotFoundError` for a missing database or run.
     """
+    from fidelity.executors import ExecutorConfig
+
     if not Path(db).exists():
         raise NotFoundError(f"{db}: no such database (run `fidelity audit` first)")
+    executor = executor or ExecutorConfig(threads=1, sim_concurrency=config.concurrency)
     with Store(db) as store:
         run = store.require_run(run_id)
-        steps = load_steps(store, run, config)
-        records = asyncio.run(_judge_steps(store, run, steps, config, progress))
-        return _result(store, run, config, records)
+        tasks, selected, resumed = judge_tasks(store, run, config)
+        records = asyncio.run(_judge_tasks(store, run, tasks, config, executor, progress))
+        return _result(store, run, config, records, selected, resumed)
 
 
-def load_steps(store: Store, run_id: str, config: JudgeConfig) -> list[StepToJudge]:
-    """The compared steps of *run_id* (no infrastructure failures), in a stable order."""
+def judge_tasks(
+    store: Store, run_id: str, config: JudgeConfig
+) -> tuple[list[TrajectoryTask], int, int]:
+    """One judging task per trajectory of *run_id* with steps left to judge.
+
+    Returns (tasks, compared steps selected, of those already judged validly
+    by this judge: left out).
+    """
+    from fidelity.task import StoredStep, StoredVariant, TrajectoryTask
+
     rows = queries.rows(
         store, "judge_load_steps", [run_id, config.limit if config.limit is not None else 2**62]
     )
+    kept = _kept(store, run_id, config)
+    domains: dict[str, tuple[str, str]] = {}
+    variants: dict[str, dict[tuple[str, int], list[StoredStep]]] = {}
+    for tid, depth, mode, sample, domain, env, _action, r_text, r_exit, s_text, s_exit in rows:
+        if (tid, depth, mode, sample) in kept:
+            continue
+        domains[tid] = (domain, env)
+        variants.setdefault(tid, {}).setdefault((mode, sample), []).append(
+            StoredStep(
+                depth=depth,
+                real=Observation(text=r_text, exit_code=r_exit),
+                sim=Observation(text=s_text, exit_code=s_exit),
+            )
+        )
     history = _real_history(store, run_id)
+    tasks = [
+        TrajectoryTask(
+            trajectory=_trajectory(tid, *domains[tid], history.get(tid, [])),
+            stored=[
+                StoredVariant(mode=mode, sample=sample, steps=steps)
+                for (mode, sample), steps in by_variant.items()
+            ],
+            judge=config,
+        )
+        for tid, by_variant in variants.items()
+    ]
+    return tasks, len(rows), sum(1 for row in rows if tuple(row[:4]) in kept)
+
+
+def _kept(store: Store, run_id: str, config: JudgeConfig) -> set[tuple[Any, ...]]:
+    """Steps of *run_id* holding a valid judgment of this judge (same description)."""
+    described = config.describe()
+    return {
+        tuple(row[:4])
+        for row in queries.rows(store, "judge_valid_judgments", [run_id])
+        if json.loads(row[4]) == described
+    }
+
+
+def _trajectory(
+    tid: str, domain: str, env: str, history: list[tuple[str, str, int | None]]
+) -> Trajectory:
+    """The stored trajectory: its actions, each with its real observation."""
+    steps = [
+        Step(
+            action=ACTION.validate_json(action), observation=Observation(text=text, exit_code=code)
+        )
+        for action, text, code in history
+    ]
+    spec = EnvSpec.model_validate_json(env)
+    return Trajectory(id=tid, domain=domain, env=spec, steps=steps, source="real")
+
+
+def task_steps(task: TrajectoryTask) -> list[StepToJudge]:
+    """The steps a judging task asks about, with the texts the judge sees, in a stable order."""
+    config = task.judge
+    if config is None:
+        return []
+    history = [
+        (s.action.model_dump_json(), s.observation.text, s.observation.exit_code)
+        for s in task.trajectory.steps
+        if s.observation is not None
+    ]
+    description = (task.trajectory.env.description or "").strip()
     steps = []
-    for tid, depth, mode, sample, domain, env, action, r_text, r_exit, s_text, s_exit in rows:
-        first = 0 if config.history_steps is None else max(0, depth - 1 - config.history_steps)
-        earlier = history.get(tid, [])[first : depth - 1]
-        cut = None if config.max_chars is None else config.max_chars // 4
-        variables = {
-            "domain": domain,
-            "description": (json.loads(env).get("description") or "").strip(),
-            "depth": depth,
-            "history": [_shown(a, text, code, cut) for a, text, code in earlier],
-            "omitted_steps": max(0, depth - 1 - len(earlier)),
-            "action": action,
-            "real": _shown(action, r_text, r_exit, config.max_chars),
-            "sim": _shown(action, s_text, s_exit, config.max_chars),
-        }
-        steps.append(StepToJudge(tid, depth, mode, sample, variables))
+    for variant in task.stored:
+        for stored in variant.steps:
+            depth = stored.depth
+            first = 0 if config.history_steps is None else max(0, depth - 1 - config.history_steps)
+            earlier = history[first : depth - 1]
+            cut = None if config.max_chars is None else config.max_chars // 4
+            action = task.trajectory.steps[depth - 1].action.model_dump_json()
+            variables = {
+                "domain": task.trajectory.domain.value,
+                "description": description,
+                "depth": depth,
+                "history": [_shown(a, text, code, cut) for a, text, code in earlier],
+                "omitted_steps": max(0, depth - 1 - len(earlier)),
+                "action": action,
+                "real": _shown(action, stored.real.text, stored.real.exit_code, config.max_chars),
+                "sim": _shown(action, stored.sim.text, stored.sim.exit_code, config.max_chars),
+            }
+            steps.append(
+                StepToJudge(task.trajectory.id, depth, variant.mode, variant.sample, variables)
+            )
     return steps
 
 
@@ -320,61 +422,51 @@ def judge_messages(step: StepToJudge, prompts_dir: Path | None = None) -> list[d
     ]
 
 
-async def _judge_steps(
+async def _judge_tasks(
     store: Store,
     run_id: str,
-    steps: list[StepToJudge],
+    tasks: list[TrajectoryTask],
     config: JudgeConfig,
+    executor_config: ExecutorConfig,
     progress: Progress | None,
 ) -> list[JudgmentRecord]:
-    """Judge *steps* concurrently, writing judgments to *store* as they come in."""
+    """Run the judging *tasks* on the executor, writing judgments to *store* as they come in."""
+    from fidelity.executors import get_executor
+
     report = progress or (lambda phase, n: None)
-    client = _client(config)
-    try:
-        if steps:
-            judge_messages(steps[0], config.prompts_dir)  # missing templates: fail before asking
-            await _check(client, config)
-        report("total", len(steps))
-        return await _gather(store, run_id, steps, client, config, report)
-    finally:
-        await client.aclose()
-
-
-async def _gather(
-    store: Store,
-    run_id: str,
-    steps: list[StepToJudge],
-    client: OpenAICompatWorldModel,
-    config: JudgeConfig,
-    report: Progress,
-) -> list[JudgmentRecord]:
+    if tasks:
+        steps = task_steps(tasks[0])
+        judge_messages(steps[0], config.prompts_dir)  # missing templates: fail before asking
+        checker = client(config.model_copy(update={"cache": None}))
+        try:
+            await _check(checker, config)
+        finally:
+            await checker.aclose()
+    report("total", sum(len(v.steps) for t in tasks for v in t.stored))
     done: list[JudgmentRecord] = []
     pending: list[JudgmentRecord] = []
-    semaphore = asyncio.Semaphore(config.concurrency)
 
-    async def one(step: StepToJudge) -> JudgmentRecord:
-        async with semaphore:
-            return await judge_step(client, step, config)
+    def keep(record: TrajectoryRecord) -> None:
+        from fidelity.task import JudgedRecord
 
-    tasks = [asyncio.ensure_future(one(step)) for step in steps]
+        # a worker lost twice comes back as a plain failed record: its steps stay unjudged
+        judged = record.judgments if isinstance(record, JudgedRecord) else []
+        done.extend(judged)
+        pending.extend(judged)
+        if len(pending) >= _FLUSH_EVERY:
+            store.write_judgments(run_id, config.describe(), pending)
+            pending.clear()
+
+    executor = get_executor(executor_config, report)
     try:
-        for next_done in asyncio.as_completed(tasks):
-            record = await next_done
-            done.append(record)
-            pending.append(record)
-            report("judge", 1)
-            if len(pending) >= _FLUSH_EVERY:
-                store.write_judgments(run_id, config.describe(), pending)
-                pending.clear()
+        await executor.run(tasks, None, keep)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        executor.close()
         store.write_judgments(run_id, config.describe(), pending)
     return done
 
 
-def _client(config: JudgeConfig) -> OpenAICompatWorldModel:
+def client(config: JudgeConfig) -> OpenAICompatWorldModel:
     """The world-model client, sampling like the reference judge (temperature only)."""
     return OpenAICompatWorldModel(
         config.url,
@@ -439,7 +531,12 @@ def _named(error: Exception) -> str:
 
 
 def _result(
-    store: Store, run_id: str, config: JudgeConfig, records: list[JudgmentRecord]
+    store: Store,
+    run_id: str,
+    config: JudgeConfig,
+    records: list[JudgmentRecord],
+    selected: int,
+    resumed: int,
 ) -> JudgeResult:
     failures: dict[str, int] = {}
     for record in records:
@@ -451,8 +548,9 @@ def _result(
     return JudgeResult(
         run_id=run_id,
         judge=config.describe(),
-        steps=len(records),
-        judged=sum(1 for r in records if r.error is None),
+        steps=selected,
+        judged=resumed + sum(1 for r in records if r.error is None),
+        resumed=resumed,
         failed=sum(1 for r in records if r.error is not None),
         failures=failures,
         mean_scores=means,

@@ -121,6 +121,9 @@ QUERIES: dict[str, str] = {
     "judge_real_history": """SELECT s.trajectory_id, s.action_json, o.text, o.exit_code
            FROM steps s JOIN observations o USING (run_id, trajectory_id, depth)
            WHERE s.run_id = ? AND o.side = 'real' ORDER BY s.trajectory_id, s.depth""",
+    # (trajectory, depth, mode, sample, judge JSON) of each valid judgment: a rerun keeps them
+    "judge_valid_judgments": """SELECT trajectory_id, depth, mode, sample, judge FROM judgments
+           WHERE run_id = ? AND error IS NULL""",
     # (scores JSON, normalized total, deterministic score, domain) of each valid judgment
     "judge_judge_agreement": """SELECT j.scores, j.overall, c.score, c.domain FROM judgments j
            JOIN comparisons c USING (run_id, trajectory_id, depth, mode, sample)

@@ -12,10 +12,13 @@ what it carries:
                               recorded observations are the simulation; the dataset gate)
 ``compare``                   compare real and simulated step by step (None: nothing
                               compared; ``replay`` and ``simulate``)
+``judge`` (+ ``stored``)      ask an LLM judge about every stored compared step (the
+                              record's ``judgments``; None: nothing judged)
 ============================  ==========================================================
 
 ``audit`` = sandbox + world model + compare; the dataset gate = sandbox + compare;
-``replay`` = sandbox; ``simulate`` = world model. :class:`TaskRunner` runs tasks
+``replay`` = sandbox; ``simulate`` = world model; ``judge`` = a stored run's real
+history (the trajectory's observations) + its stored simulations + judge. :class:`TaskRunner` runs tasks
 in one process (sandboxes in threads, predictions on the event loop); the
 executors in :mod:`fidelity.executors` spread them over threads or a Ray cluster.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,14 +36,43 @@ from pydantic import BaseModel, ConfigDict, Field
 from fidelity import pipeline
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import truncate
+from fidelity.judge import JudgeConfig
 from fidelity.model import Observation, Trajectory
 from fidelity.sandboxes import SandboxConfig
-from fidelity.store import SimVariant, TimedObservation, TrajectoryRecord
+from fidelity.store import JudgmentRecord, SimVariant, TimedObservation, TrajectoryRecord
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import WorldModelConfig
+from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
 
 RECORDED_MODE = "recorded"
 """The mode stored for a dataset's own observations whose ``meta.mode`` says nothing."""
+
+
+class StoredStep(BaseModel):
+    """One compared step of a stored simulation: both sides as the store holds them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    depth: int = Field(ge=1)
+    real: Observation
+    sim: Observation
+
+
+class StoredVariant(BaseModel):
+    """A simulation a stored run already holds (what the judge reads; nothing is predicted)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str
+    sample: int = Field(default=0, ge=0)
+    steps: list[StoredStep] = Field(description="its compared steps, no infrastructure failure")
+
+
+@dataclass
+class JudgedRecord(TrajectoryRecord):
+    """The record of a judging task: the judge's verdict on each of its stored steps."""
+
+    judgments: list[JudgmentRecord] = field(default_factory=list)
 
 
 class TrajectoryTask(BaseModel):
@@ -66,6 +99,12 @@ class TrajectoryTask(BaseModel):
     )
     modes: list[Mode] = Field(default_factory=lambda: [Mode.teacher_forced], min_length=1)
     samples: int = Field(default=1, ge=1, le=64)
+    stored: list[StoredVariant] = Field(
+        default_factory=list, description="simulations a stored run holds, judged as they are"
+    )
+    judge: JudgeConfig | None = Field(
+        default=None, description="the LLM judge of the stored steps (None: nothing judged)"
+    )
 
     @property
     def variants(self) -> list[tuple[Mode, int]]:
@@ -85,10 +124,18 @@ class TaskRunner:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="sandbox")
         self.limiter = asyncio.Semaphore(sim_concurrency)
         self.progress: Progress = progress or (lambda phase, n: None)
+        self.judges: dict[JudgeConfig, OpenAICompatWorldModel] = {}
 
     def close(self) -> None:
         """Stop the sandbox threads (work not started is cancelled)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+    async def aclose(self) -> None:
+        """:meth:`close`, and close the judge clients this runner opened."""
+        self.close()
+        judges, self.judges = list(self.judges.values()), {}
+        for client in judges:
+            await client.aclose()
 
     async def replay(self, task: TrajectoryTask) -> tuple[pipeline.Replayed, float]:
         """The real side of *task* and the seconds it took (its own observations if no sandbox)."""
@@ -141,7 +188,31 @@ class TaskRunner:
         variants = [
             compared(task, trajectory, real_obs, mode, sample, sim) for mode, sample, sim in draws
         ]
-        return _record(trajectory, real, real_seconds, sim_seconds, variants)
+        record = _record(trajectory, real, real_seconds, sim_seconds, variants)
+        if task.judge is None:
+            return record
+        return JudgedRecord(**vars(record), judgments=await self.judged(task))
+
+    async def judged(self, task: TrajectoryTask) -> list[JudgmentRecord]:
+        """The judge's verdict on every stored step of *task* (none without a judge).
+
+        Requests share the runner's limiter (at most ``sim_concurrency`` in flight);
+        each step's requests are queued in order, so one at a time asks step by step.
+        """
+        if task.judge is None:
+            return []
+        from fidelity import judge as judging  # judge.py builds tasks: imported when run
+
+        config = task.judge
+        client = self.judges.get(config) or self.judges.setdefault(config, judging.client(config))
+
+        async def one(step: judging.StepToJudge) -> JudgmentRecord:
+            async with self.limiter:
+                record = await judging.judge_step(client, step, config)
+            self.progress("judge", 1)
+            return record
+
+        return list(await asyncio.gather(*map(one, judging.task_steps(task))))
 
     async def simulate(
         self,

@@ -10,7 +10,7 @@ command -v git >/dev/null || missing+=(git)
 command -v prlimit >/dev/null || missing+=(util-linux)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 case " $* " in  # real headless Chromium (Debian's; Playwright drives it): report tests, web domain
-    *" tests "*|*" web "*)
+    *" tests "*|*" web "*|*" benchmarks "*)
         # the browser sandbox runs /usr/bin/chromium itself (a `chromium` elsewhere on PATH,
         # e.g. a snap stub, is not it); its pages need the DejaVu fonts
         [ -x /usr/bin/chromium ] || missing+=(chromium)
@@ -25,7 +25,7 @@ case " $* " in  # the mcp domain's npm servers (node) and the search domain's co
         [ -f /usr/share/dictd/foldoc.index ] || missing+=(dict-foldoc) ;;
 esac
 case " $* " in  # the os domain's real desktop (Xvfb + AT-SPI + openbox + GTK3 apps); adb client
-    *" tests "*|*" desktop "*)
+    *" tests "*|*" desktop "*|*" benchmarks "*)
         for bin in Xvfb openbox dbus-daemon xprop xdotool import mousepad galculator xfce4-terminal adb; do
             command -v "$bin" >/dev/null || { missing+=(xvfb openbox dbus x11-utils xdotool imagemagick \
                 mousepad galculator xfce4-terminal adb at-spi2-core fonts-dejavu-core); break; }
@@ -36,7 +36,7 @@ case " $* " in  # the os domain's real desktop (Xvfb + AT-SPI + openbox + GTK3 a
         command -v localc >/dev/null || missing+=(libreoffice-calc libreoffice-gtk3) ;;  # slow suite
 esac
 case " $* " in  # Docker sandbox tests: an engine, and debootstrap for the registry-free base image
-    *" tests "*)
+    *" tests "*|*" benchmarks "*)
         # The machine may ship a docker CLI with no engine: check for the daemon itself.
         command -v dockerd >/dev/null || missing+=(docker.io)
         command -v debootstrap >/dev/null || missing+=(debootstrap) ;;
@@ -52,7 +52,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 case " $* " in  # start a Docker daemon when none answers (CI runs every Docker test)
-    *" tests "*)
+    *" tests "*|*" benchmarks "*)
         if ! docker info >/dev/null 2>&1; then
             if [ "$(id -u)" -ne 0 ]; then  # Docker tests then skip (and fail under CI=true)
                 echo "bootstrap: no Docker daemon answers; as root: dockerd --storage-driver=overlay2 --iptables=false --bridge=none &" >&2

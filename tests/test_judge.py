@@ -26,9 +26,12 @@ from fidelity.judge import (
 )
 from fidelity.model import Observation
 from fidelity.store import JudgmentRecord, Store, TimedObservation, TrajectoryRecord
+from tests import test_executors
 from tests.conftest import command_trajectory
 from tests.test_store import INFO
 from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
+
+ray_cluster = test_executors.ray_cluster  # the real two-raylet cluster (module fixture)
 
 METRIC = [1.0, 0.8, 0.55, 0.3]
 """Deterministic scores of the four stored steps (trajectory t1: depths 1-2, t2: 1-2)."""
@@ -242,3 +245,61 @@ def test_spearman_on_known_cases() -> None:
     x = [rng.randint(1, 5) for _ in range(50)]
     y = [rng.random() for _ in range(50)]
     assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-6)
+
+
+def test_a_rerun_resumes_asking_only_for_steps_without_a_valid_judgment(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path
+) -> None:
+    store_run(db_path)
+    fake_llm.script(Reply.text(answer(5)), Reply.text("no verdict"))
+    first = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, limit=2, cache=None))
+    assert (first.steps, first.judged, first.resumed, first.failed) == (2, 1, 0, 1)
+    fake_llm.script(*(Reply.text(answer(level)) for level in (4, 3, 1)))
+    again = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, cache=None))
+    # no cache: the kept judgment is not asked again, the failed one and the rest are
+    assert (again.steps, again.judged, again.resumed, again.failed) == (4, 4, 1, 0)
+    assert len(fake_llm.requests) == 5
+    assert [row[3] for row in judgments(db_path)] == [100.0, 75.0, 50.0, 0.0]
+    # another judge (another temperature) judges every step again
+    other = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, cache=None, temperature=0))
+    assert (other.resumed, len(fake_llm.requests)) == (0, 9)
+
+
+def test_judge_tasks_are_plain_data_one_per_trajectory(db_path: Path, tmp_path: Path) -> None:
+    from fidelity.judge import judge_tasks, task_steps
+    from fidelity.task import TrajectoryTask
+
+    store_run(db_path)
+    with Store(db_path, read_only=True) as store:
+        tasks, selected, resumed = judge_tasks(store, "r1", config("http://x/v1", tmp_path))
+    assert (selected, resumed) == (4, 0)
+    assert [t.trajectory.id for t in tasks] == ["t1", "t2"]
+    shipped = TrajectoryTask.model_validate_json(tasks[1].model_dump_json())
+    assert shipped == tasks[1]
+    steps = task_steps(shipped)
+    assert [(s.trajectory_id, s.depth, s.mode) for s in steps] == [
+        ("t2", 1, "teacher-forced"),
+        ("t2", 2, "teacher-forced"),
+    ]
+    second = steps[1].variables
+    assert second["real"]["text"] == "notes.txt\nt2\n" and second["sim"]["text"].endswith("other\n")
+    assert [h["text"] for h in second["history"]] == ["notes.txt\nt2\n"]
+    assert json.loads(second["action"])["command"] == "cat notes.txt"
+
+
+@pytest.mark.slow
+def test_the_judge_on_ray_stores_what_the_local_executor_stores(
+    fake_llm: FakeLLM, tmp_path: Path, ray_cluster: str
+) -> None:
+    from fidelity.executors import ExecutorConfig
+
+    fake_llm.default = Reply.text(answer(4))
+    stored = {}
+    for where in ("local", "ray"):
+        db = tmp_path / f"{where}.duckdb"
+        store_run(db)
+        executor = ExecutorConfig(type=where, sim_concurrency=2, ray_address=ray_cluster)
+        result = judge_run(db, "r1", config(fake_llm.url, tmp_path, cache=None), None, executor)
+        assert (result.steps, result.judged, result.failed) == (4, 4, 0)
+        stored[where] = judgments(db)
+    assert stored["ray"] == stored["local"] and len(fake_llm.requests) == 8

@@ -42,4 +42,4 @@ class LocalExecutor(Executor):
         try:
             await asyncio.gather(*map(one, tasks))
         finally:
-            runner.close()
+            await runner.aclose()

@@ -65,7 +65,7 @@ class RayExecutor(Executor):
                     on_record(await runner.run(task, model, known[task.trajectory.id]))
                     self.progress("compare", 1)
             finally:
-                runner.close()
+                await runner.aclose()
         if remote:
             await self._remote(remote, on_record)
 
@@ -150,11 +150,13 @@ async def _run_here(task: TrajectoryTask, sim_concurrency: int) -> TrajectoryRec
     if config is not None and config.type == "endpoint":
         # The response cache is one DuckDB file: one writer at a time, so workers go without.
         config = config.model_copy(update={"cache": None})
+    if task.judge is not None and task.judge.cache is not None:  # the judge's likewise
+        task = task.model_copy(update={"judge": task.judge.model_copy(update={"cache": None})})
     model = config.build() if config is not None else None
     runner = TaskRunner(1, sim_concurrency)
     try:
         return await runner.run(task, model)
     finally:
-        runner.close()
+        await runner.aclose()
         if model is not None:
             await model.aclose()
