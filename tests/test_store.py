@@ -246,6 +246,24 @@ def test_list_cells_of_equal_length_stay_lists(db_path: Path) -> None:
     assert rows == [(["file:b"], [])]
 
 
+def test_entity_lists_come_back_as_written(db_path: Path) -> None:
+    """Lists travel as JSON: quotes, commas, brackets, backslashes and non-ASCII survive."""
+    tricky = ['file:a, "b"', "url:https://x/[1]", "path:C:\\dir\\f", "name:ünïcode ✓", "", "null"]
+    written = record("t1", drift=True)
+    written.comparisons = [
+        StepComparison(score=0.1, drift=True, hallucinations=tricky, reasons=["x"]),
+        StepComparison(score=1.0, drift=False, omissions=tricky[::-1], stale=["s"]),
+    ]
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        store.write_trajectories("r1", [written])
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        rows = con.execute(
+            "SELECT hallucinations, omissions, stale, reasons FROM comparisons ORDER BY depth"
+        ).fetchall()
+    assert rows == [(tricky, [], [], ["x"]), ([], tricky[::-1], ["s"], [])]
+
+
 def test_the_buffer_writes_a_batch_once_it_holds_enough_steps(db_path: Path) -> None:
     with Store(db_path) as store:
         store.start_run("r1", INFO)
