@@ -458,21 +458,23 @@ class Store:
         self.connection.close()
 
     def _migrate(self) -> None:
-        """Create the version-1 tables if missing, then apply every migration not yet applied."""
-        self.connection.execute(_SCHEMA)
-        version = self.schema_version()
-        if version is None:
-            self.connection.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-            version = 1
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path}: schema version {version} is newer than this fidelity "
-                f"({SCHEMA_VERSION}); upgrade fidelity"
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= version:
-                continue
-            with self.transaction() as tx:
+        """Create the version-1 tables if missing, then apply every migration not yet applied,
+        all in one transaction (one commit: a new file costs one sync, not one per statement;
+        an upgrade that fails leaves the file as it was)."""
+        with self.transaction() as tx:
+            tx.execute(_SCHEMA)
+            version = self.schema_version()
+            if version is None:
+                tx.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+                version = 1
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this fidelity "
+                    f"({SCHEMA_VERSION}); upgrade fidelity"
+                )
+            for migration in MIGRATIONS:
+                if migration.version <= version:
+                    continue
                 for statement in migration.statements:
                     tx.execute(statement)
                 tx.execute(

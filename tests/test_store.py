@@ -304,3 +304,15 @@ def test_sorted_json_is_json_dumps_sorted() -> None:
     ]
     for sample in samples:
         assert _sorted_json(sample) == json.dumps(sample, sort_keys=True)
+
+
+def test_a_file_newer_than_the_code_is_refused_and_left_as_it_was(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        store.write_trajectory("r1", record("t1"))
+    with duckdb.connect(str(db_path)) as con:
+        con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    before = _every_row(db_path)
+    with pytest.raises(StoreError, match="schema version 99 is newer than this fidelity"):
+        Store(db_path)
+    assert _every_row(db_path) == before
