@@ -990,11 +990,34 @@ def _action_name(action_json: str) -> str:
 
 
 _SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+# CPython's C encoder built once with json.dumps(sort_keys=True)'s settings (JSONEncoder.encode
+# builds one per call, half the cost of encoding a small dict); no circular-reference markers:
+# these values are parsed JSON or flat dicts, never self-referencing.
+_C_SORTED_JSON = (
+    _C_MAKE_ENCODER(
+        None,
+        json.JSONEncoder().default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ": ",
+        ", ",
+        True,
+        False,
+        True,
+    )
+    if _C_MAKE_ENCODER is not None
+    else None
+)
 
 
 def _sorted_json(data: Any) -> str:
     """``json.dumps(data, sort_keys=True)``, without building an encoder per call."""
-    return _SORTED_JSON(data) if data != {} else "{}"
+    if data == {}:
+        return "{}"
+    if _C_SORTED_JSON is not None and isinstance(data, dict):
+        return "".join(_C_SORTED_JSON(data, 0))
+    return _SORTED_JSON(data)
 
 
 def _now() -> datetime:

@@ -299,11 +299,18 @@ def test_sorted_json_is_json_dumps_sorted() -> None:
         {"b": 1.5, "a": 0.1 + 0.2, "é": float("inf")},
         {"z": {"y": [1, "x", None], "a": True}},
         {"text": 'line\nwith "quotes" and ünïcode'},
+        {2: [1.5, float("nan"), -0.0, 10**20], 1: {"b": None, "a": False}, 3.5: "x"},
+        {"line": 1e-7, "char": 0.30000000000000004, "entity": 1, "z": float("-inf")},
         [],
         None,
     ]
     for sample in samples:
         assert _sorted_json(sample) == json.dumps(sample, sort_keys=True)
+    for bad in ({"a": object()}, {"a": 1, 2: 3}):  # not JSON; keys that do not sort
+        with pytest.raises(TypeError):
+            json.dumps(bad, sort_keys=True)
+        with pytest.raises(TypeError):
+            _sorted_json(bad)
 
 
 def test_a_file_newer_than_the_code_is_refused_and_left_as_it_was(db_path: Path) -> None:
