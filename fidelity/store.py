@@ -8,9 +8,14 @@ the same run id redoes exactly the trajectories that are not ``done``.
 The store owns its schema: :data:`_SCHEMA` is version 1 as first shipped, and
 :data:`MIGRATIONS` upgrade a file in place, one numbered step at a time (the
 version is kept in ``meta.schema_version``); a file newer than this code is
-refused. Rows are written by column name, in bulk (one DataFrame per table per
-batch of trajectories), and read back through the query functions of
-:mod:`fidelity.store_queries`, the only other module that holds SQL.
+refused. Rows are written by column name, in bulk (per batch of trajectories,
+one insert per table scanning NumPy columns), and read back through the query
+functions of :mod:`fidelity.store_queries`, the only other module that holds SQL.
+
+Since version 4 only ``trajectories`` (one row per trajectory) has a primary key:
+``steps``, ``observations`` and ``comparisons`` stay unique because every writer
+deletes a trajectory's rows before inserting them again, in the same
+transaction; observation texts are zstd-compressed by DuckDB.
 
 An audit whose world model needs every real replay first (the retrieval
 baseline) stores each replay as it completes (status ``replayed``: real side
