@@ -8,9 +8,14 @@ the same run id redoes exactly the trajectories that are not ``done``.
 The store owns its schema: :data:`_SCHEMA` is version 1 as first shipped, and
 :data:`MIGRATIONS` upgrade a file in place, one numbered step at a time (the
 version is kept in ``meta.schema_version``); a file newer than this code is
-refused. Rows are written by column name, in bulk (one DataFrame per table per
-batch of trajectories), and read back through the query functions of
-:mod:`fidelity.store_queries`, the only other module that holds SQL.
+refused. Rows are written by column name, in bulk (per batch of trajectories,
+one insert per table scanning NumPy columns), and read back through the query
+functions of :mod:`fidelity.store_queries`, the only other module that holds SQL.
+
+Since version 4 only ``trajectories`` (one row per trajectory) has a primary key:
+``steps``, ``observations`` and ``comparisons`` stay unique because every writer
+deletes a trajectory's rows before inserting them again, in the same
+transaction; observation texts are zstd-compressed by DuckDB.
 
 An audit whose world model needs every real replay first (the retrieval
 baseline) stores each replay as it completes (status ``replayed``: real side
@@ -35,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pandas
+import numpy
 from pydantic import TypeAdapter
 
 from fidelity.compare.base import StepComparison
@@ -43,6 +48,11 @@ from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.model import Action, Observation, Trajectory
 
 DEFAULT_DB = "fidelity.duckdb"
+
+CHECKPOINT_THRESHOLD = "64MB"
+"""Write-ahead log size at which a writer folds it into the database file (DuckDB's default,
+16 MB, checkpoints bulk writes every few batches, each time recompressing the table's
+last, growing row group; 64 MB holds at most that much of uncompressed rows in memory)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -137,6 +147,66 @@ CREATE TABLE IF NOT EXISTS judgments (
 """
 
 
+_STEPS_V4 = """
+    run_id VARCHAR NOT NULL,
+    trajectory_id VARCHAR NOT NULL,
+    depth INTEGER NOT NULL,
+    action_type VARCHAR NOT NULL,
+    action_name VARCHAR NOT NULL,
+    action VARCHAR NOT NULL,
+    action_json JSON NOT NULL,
+    control JSON
+"""
+_OBSERVATIONS_V4 = """
+    run_id VARCHAR NOT NULL,
+    trajectory_id VARCHAR NOT NULL,
+    depth INTEGER NOT NULL,
+    side VARCHAR NOT NULL,
+    mode VARCHAR NOT NULL,
+    sample INTEGER NOT NULL,
+    text VARCHAR NOT NULL USING COMPRESSION zstd,
+    exit_code INTEGER,
+    cwd VARCHAR,
+    timed_out BOOLEAN NOT NULL,
+    truncated BOOLEAN NOT NULL,
+    error VARCHAR,
+    latency_ms DOUBLE,
+    state JSON
+"""
+_COMPARISONS_V4 = """
+    run_id VARCHAR NOT NULL,
+    trajectory_id VARCHAR NOT NULL,
+    depth INTEGER NOT NULL,
+    mode VARCHAR NOT NULL,
+    sample INTEGER NOT NULL,
+    domain VARCHAR NOT NULL,
+    score DOUBLE NOT NULL,
+    drift BOOLEAN NOT NULL,
+    infra_failure BOOLEAN NOT NULL,
+    exit_match BOOLEAN,
+    metrics JSON NOT NULL,
+    hallucinations VARCHAR[] NOT NULL,
+    omissions VARCHAR[] NOT NULL,
+    stale VARCHAR[] NOT NULL,
+    normalizations JSON NOT NULL,
+    reasons VARCHAR[] NOT NULL
+"""
+
+
+def _rebuilt_tables(tables: dict[str, str]) -> tuple[str, ...]:
+    """Statements that rebuild each table with new column definitions, keeping every row
+    (DuckDB cannot drop a primary key or change a column's compression in place)."""
+    statements: list[str] = []
+    for table, columns in tables.items():
+        statements += [
+            f"CREATE TABLE {table}_new ({columns})",
+            f"INSERT INTO {table}_new BY NAME SELECT * FROM {table}",
+            f"DROP TABLE {table}",
+            f"ALTER TABLE {table}_new RENAME TO {table}",
+        ]
+    return tuple(statements)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One schema step: from ``version - 1`` to ``version``."""
@@ -161,6 +231,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             "ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner_pid INTEGER",
             "ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner_host VARCHAR",
+        ),
+    ),
+    Migration(
+        4,
+        "steps, observations and comparisons without a primary key, observation texts zstd"
+        "-compressed (bulk writes: no ART index to maintain and checkpoint; a trajectory's "
+        "rows stay unique because every writer deletes them before inserting them again)",
+        _rebuilt_tables(
+            {
+                "steps": _STEPS_V4,
+                "observations": _OBSERVATIONS_V4,
+                "comparisons": _COMPARISONS_V4,
+            }
         ),
     ),
 )
@@ -247,31 +330,47 @@ class TrajectoryRecord:
 class RecordBuffer:
     """Records waiting to be stored together (one bulk transaction per batch).
 
-    A batch is written once it holds *size* records or *seconds* have passed
-    since the last write, and by :meth:`flush` (call it in ``finally``): slow
-    trajectories (real sandboxes) are stored as each one ends, fast streams in
-    bulk. A killed process loses at most the unflushed batch, which a resumed
-    run redoes.
+    A batch is written once it holds *size* records or *steps* steps, or *seconds*
+    have passed since the last write, and by :meth:`flush` (call it in ``finally``):
+    slow trajectories (real sandboxes) are stored as each one ends, fast streams in
+    bulk (a write costs a few milliseconds whatever its size, so batches of
+    thousands of steps amortise it; the step bound keeps a batch of long
+    trajectories small in memory). A killed process loses at most the unflushed
+    batch, which a resumed run redoes.
     """
 
-    def __init__(self, store: Store, run_id: str, size: int = 256, seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        size: int = 1024,
+        seconds: float = 1.0,
+        steps: int = 10_000,
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.size = size
         self.seconds = seconds
+        self.steps = steps
         self.pending: list[TrajectoryRecord] = []
+        self.pending_steps = 0
         self.written = 0
         self._last = time.monotonic()
 
     def add(self, record: TrajectoryRecord) -> None:
         """Queue *record*; writes the batch when it is full or old enough."""
         self.pending.append(record)
-        if len(self.pending) >= self.size or time.monotonic() - self._last >= self.seconds:
+        self.pending_steps += len(record.trajectory.steps)
+        if (
+            len(self.pending) >= self.size
+            or self.pending_steps >= self.steps
+            or time.monotonic() - self._last >= self.seconds
+        ):
             self.flush()
 
     def flush(self) -> None:
         """Write every queued record now (in one transaction)."""
-        batch, self.pending = self.pending, []
+        batch, self.pending, self.pending_steps = self.pending, [], 0
         self._last = time.monotonic()
         if batch:
             self.store.write_trajectories(self.run_id, batch)
@@ -350,6 +449,7 @@ class Store:
             raise StoreError(f"{self.path}: cannot open database ({_first_line(exc)})") from None
         if not read_only:
             with self._writing("create the schema in"):
+                self.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
                 self._migrate()
 
     def __enter__(self) -> Store:
@@ -363,21 +463,23 @@ class Store:
         self.connection.close()
 
     def _migrate(self) -> None:
-        """Create the version-1 tables if missing, then apply every migration not yet applied."""
-        self.connection.execute(_SCHEMA)
-        version = self.schema_version()
-        if version is None:
-            self.connection.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-            version = 1
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path}: schema version {version} is newer than this fidelity "
-                f"({SCHEMA_VERSION}); upgrade fidelity"
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= version:
-                continue
-            with self.transaction() as tx:
+        """Create the version-1 tables if missing, then apply every migration not yet applied,
+        all in one transaction (one commit: a new file costs one sync, not one per statement;
+        an upgrade that fails leaves the file as it was)."""
+        with self.transaction() as tx:
+            tx.execute(_SCHEMA)
+            version = self.schema_version()
+            if version is None:
+                tx.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+                version = 1
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this fidelity "
+                    f"({SCHEMA_VERSION}); upgrade fidelity"
+                )
+            for migration in MIGRATIONS:
+                if migration.version <= version:
+                    continue
                 for statement in migration.statements:
                     tx.execute(statement)
                 tx.execute(
@@ -570,33 +672,19 @@ class Store:
         :meth:`write_trajectory` replaces it once the trajectory is simulated and compared.
         """
         trajectory = record.trajectory
-        key = [run_id, trajectory.id]
+        batch = _Batch()
+        batch.add_steps(trajectory)
+        batch.add_observations(trajectory.id, "real", "real", 0, record.real)
+        batch.add_trajectory(
+            trajectory, "replayed", record.error, record.real_seconds, None, _now()
+        )
         with self._writing("write to"), self.transaction() as tx:
             for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
-                tx.execute(f"DELETE FROM {table} WHERE run_id = ? AND trajectory_id = ?", key)
-            _insert_rows(tx, "steps", _step_rows(run_id, trajectory))
-            _insert_rows(
-                tx,
-                "observations",
-                _observation_rows(run_id, trajectory.id, "real", "real", 0, record.real),
-            )
-            _insert_rows(
-                tx,
-                "trajectories",
-                [
-                    (
-                        *key,
-                        trajectory.domain.value,
-                        trajectory.env.model_dump_json(),
-                        len(trajectory.steps),
-                        "replayed",
-                        record.error,
-                        record.real_seconds,
-                        None,
-                        _now(),
-                    )
-                ],
-            )
+                tx.execute(
+                    f"DELETE FROM {table} WHERE run_id = ? AND trajectory_id = ?",
+                    [run_id, trajectory.id],
+                )
+            batch.insert(tx, run_id)
 
     def replayed(self, run_id: str) -> dict[str, StoredReplay]:
         """The real sides stored by :meth:`write_replayed` and not yet completed, by id."""
@@ -636,10 +724,10 @@ class Store:
         """
         if not records:
             return
-        rows: dict[str, list[Sequence[Any]]] = {table: [] for table in _WRITTEN}
+        batch = _Batch()
         now = _now()
         for record in records:
-            _record_rows(run_id, record, now, rows)
+            batch.add_record(record, now)
         ids = [record.trajectory.id for record in records]
         with self._writing("write to"), self.transaction() as tx:
             stored = tx.execute(
@@ -655,8 +743,7 @@ class Store:
                         "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
                         [run_id, again],
                     )
-            for table in _WRITTEN:
-                _insert_rows(tx, table, rows[table])
+            batch.insert(tx, run_id)
 
     def write_judgments(
         self, run_id: str, judge: dict[str, str], records: Sequence[JudgmentRecord]
@@ -694,68 +781,210 @@ _WRITTEN = ("steps", "observations", "comparisons", "trajectories")
 """The tables a trajectory writes, ``trajectories`` (its ``done`` mark) last."""
 
 
-def _record_rows(
-    run_id: str, record: TrajectoryRecord, now: datetime, rows: dict[str, list[Sequence[Any]]]
-) -> None:
-    """Append the rows of *record* to *rows* (by table)."""
-    trajectory = record.trajectory
-    rows["steps"] += _step_rows(run_id, trajectory)
-    rows["observations"] += _observation_rows(run_id, trajectory.id, "real", "real", 0, record.real)
-    for variant in record.variants():
-        if not variant.sim and not variant.comparisons:
-            continue  # a replay-only record simulated nothing
-        rows["observations"] += _observation_rows(
-            run_id, trajectory.id, "sim", variant.mode, variant.sample, variant.sim
+class _Batch:
+    """The rows some records add to the store, held by table and column.
+
+    Columns are built directly (no row tuples to transpose) and travel to DuckDB
+    as NumPy arrays, one scan per table; the run id, the same on every row, is a
+    query parameter rather than a column.
+    """
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[str, list[Any]]] = {
+            table: {name: [] for name in COLUMNS[table] if name != "run_id"} for table in _WRITTEN
+        }
+
+    def add_record(self, record: TrajectoryRecord, now: datetime) -> None:
+        """Every row of *record*: steps, observations, comparisons, its trajectory row last."""
+        trajectory = record.trajectory
+        self.add_steps(trajectory)
+        self.add_observations(trajectory.id, "real", "real", 0, record.real)
+        for variant in record.variants():
+            if not variant.sim and not variant.comparisons:
+                continue  # a replay-only record simulated nothing
+            self.add_observations(trajectory.id, "sim", variant.mode, variant.sample, variant.sim)
+            self.add_comparisons(trajectory, variant.mode, variant.sample, variant.comparisons)
+        status = "failed" if record.error else "done"
+        self.add_trajectory(
+            trajectory, status, record.error, record.real_seconds, record.sim_seconds, now
         )
-        rows["comparisons"] += _comparison_rows(
-            run_id, trajectory, variant.mode, variant.sample, variant.comparisons
-        )
-    rows["trajectories"].append(
-        (
-            run_id,
+
+    def add_steps(self, trajectory: Trajectory) -> None:
+        """The rows of ``steps``: one per action."""
+        columns = self.tables["steps"]
+        n = len(trajectory.steps)
+        columns["trajectory_id"] += [trajectory.id] * n
+        columns["depth"] += range(1, n + 1)
+        for step in trajectory.steps:
+            action_json = step.action.model_dump_json()
+            columns["action_type"].append(step.action.type)
+            columns["action_name"].append(_action_name(action_json))
+            columns["action"].append(step.action.render())
+            columns["action_json"].append(action_json)
+            control = step.control
+            columns["control"].append(control.model_dump_json() if control is not None else None)
+
+    def add_observations(
+        self,
+        trajectory_id: str,
+        side: str,
+        mode: str,
+        sample: int,
+        observed: list[TimedObservation],
+    ) -> None:
+        """The rows of ``observations`` for one side (real, or one simulation) of a trajectory."""
+        columns = self.tables["observations"]
+        n = len(observed)
+        columns["trajectory_id"] += [trajectory_id] * n
+        columns["depth"] += range(1, n + 1)
+        columns["side"] += [side] * n
+        columns["mode"] += [mode] * n
+        columns["sample"] += [sample] * n
+        for timed in observed:
+            obs = timed.observation
+            columns["text"].append(obs.text)
+            columns["exit_code"].append(obs.exit_code)
+            columns["cwd"].append(obs.cwd)
+            columns["timed_out"].append(obs.timed_out)
+            columns["truncated"].append(obs.truncated)
+            columns["error"].append(obs.error)
+            columns["latency_ms"].append(timed.latency_ms)
+            columns["state"].append(_sorted_json(obs.state) if obs.state is not None else None)
+
+    def add_comparisons(
+        self, trajectory: Trajectory, mode: str, sample: int, comparisons: list[StepComparison]
+    ) -> None:
+        """The rows of ``comparisons`` for one simulation of a trajectory."""
+        columns = self.tables["comparisons"]
+        n = len(comparisons)
+        columns["trajectory_id"] += [trajectory.id] * n
+        columns["depth"] += range(1, n + 1)
+        columns["mode"] += [mode] * n
+        columns["sample"] += [sample] * n
+        columns["domain"] += [trajectory.domain.value] * n
+        for c in comparisons:
+            columns["score"].append(c.score)
+            columns["drift"].append(c.drift)
+            columns["infra_failure"].append(c.infra_failure)
+            columns["exit_match"].append(c.exit_match)
+            columns["metrics"].append(_sorted_json(c.metrics))
+            columns["hallucinations"].append(_json_list(c.hallucinations))
+            columns["omissions"].append(_json_list(c.omissions))
+            columns["stale"].append(_json_list(c.stale))
+            columns["normalizations"].append(_sorted_json(c.normalizations))
+            columns["reasons"].append(_json_list(c.reasons))
+
+    def add_trajectory(
+        self,
+        trajectory: Trajectory,
+        status: str,
+        error: str | None,
+        real_seconds: float | None,
+        sim_seconds: float | None,
+        now: datetime,
+    ) -> None:
+        """The trajectory's own row (its status: ``done``, ``failed`` or ``replayed``)."""
+        columns = self.tables["trajectories"]
+        values = (
             trajectory.id,
             trajectory.domain.value,
             trajectory.env.model_dump_json(),
             len(trajectory.steps),
-            "failed" if record.error else "done",
-            record.error,
-            record.real_seconds,
-            record.sim_seconds,
+            status,
+            error,
+            real_seconds,
+            sim_seconds,
             now,
         )
-    )
+        for cells, value in zip(columns.values(), values, strict=True):
+            cells.append(value)
+
+    def insert(self, tx: duckdb.DuckDBPyConnection, run_id: str) -> None:
+        """Insert every held row of run *run_id*, ``trajectories`` last."""
+        for table in _WRITTEN:
+            _insert_columns(tx, table, self.tables[table], {"run_id": run_id})
+
+    def rows(self, run_id: str) -> dict[str, list[tuple[Any, ...]]]:
+        """The held rows as tuples in :data:`COLUMNS` order (the row-by-row way, for comparison)."""
+        tables = {
+            table: {
+                name: [json.loads(cell) if cell else [] for cell in cells]
+                if name in _LISTS
+                else cells
+                for name, cells in columns.items()
+            }
+            for table, columns in self.tables.items()
+        }
+        return {
+            table: [(run_id, *row) for row in zip(*columns.values(), strict=True)]
+            for table, columns in tables.items()
+        }
 
 
 def _insert_rows(tx: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Insert *rows* (in :data:`COLUMNS` order) into *table* by column name, in one statement.
+    """Insert *rows* (in :data:`COLUMNS` order) into *table* by column name, in one statement."""
+    if rows:
+        columns = COLUMNS[table]
+        _insert_columns(
+            tx,
+            table,
+            {
+                name: list(cells)
+                for name, cells in zip(columns, zip(*rows, strict=True), strict=True)
+            },
+            {},
+        )
 
-    The rows travel as one DataFrame that DuckDB scans in bulk (numbers natively,
+
+def _insert_columns(
+    tx: duckdb.DuckDBPyConnection,
+    table: str,
+    columns: dict[str, list[Any]],
+    constants: dict[str, Any],
+) -> None:
+    """Insert the rows held by *columns* (name -> cells) into *table* by column name, in one
+    statement; *constants* fill the columns that hold one value on every row.
+
+    The columns travel as NumPy arrays that DuckDB scans in bulk (numbers natively,
     text as Python objects); parameterised ``VALUES`` or ``executemany`` cost a
     statement per row.
     """
-    if not rows:
+    if not columns or not next(iter(columns.values())):
         return
-    columns = COLUMNS[table]
-    frame = pandas.DataFrame(
-        {
-            name: pandas.Series(cells, dtype=_dtype(cells))
-            for name, cells in zip(columns, zip(*rows, strict=True), strict=True)
-        }
-    )
-    names = ", ".join(columns)
     view = f"_fidelity_rows_{table}"
-    tx.register(view, frame)
+    names = [*constants, *columns]
+    selected = [*("?" for _ in constants), *(_DECODE.get(name, name) for name in columns)]
+    tx.register(view, {name: _array(cells) for name, cells in columns.items()})
     try:
-        tx.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {view}")
+        tx.execute(
+            f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selected)} FROM {view}",
+            list(constants.values()),
+        )
     finally:
         tx.unregister(view)
 
 
-def _dtype(cells: tuple[Any, ...]) -> type[object] | None:
-    """Numbers and booleans without NULLs scan natively; anything else as Python objects."""
+_LISTS = ("hallucinations", "omissions", "stale", "reasons")
+"""The list columns of ``comparisons``: they travel as JSON text, NULL when empty (DuckDB
+converts a Python list cell by cell, several times slower than it parses JSON)."""
+
+_DECODE = {name: f"coalesce(from_json({name}, '[\"VARCHAR\"]'), [])" for name in _LISTS}
+
+
+def _json_list(items: list[str]) -> str | None:
+    """*items* as the JSON that :data:`_DECODE` turns back into a list (None: empty)."""
+    return _JSON_LIST(items) if items else None
+
+
+_JSON_LIST = json.JSONEncoder().encode
+
+
+def _array(cells: list[Any]) -> numpy.ndarray[Any, Any]:
+    """Numbers and booleans without NULLs as a native array; anything else as Python objects
+    (``fromiter``: a list of lists stays one object per cell, never a 2-D array)."""
     if isinstance(cells[0], bool | int | float) and None not in cells:
-        return None  # pandas infers int64 / float64 / bool
-    return object
+        return numpy.array(cells)
+    return numpy.fromiter(cells, dtype=object, count=len(cells))
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -765,88 +994,35 @@ def _action_name(action_json: str) -> str:
     return name
 
 
-def _step_rows(run_id: str, trajectory: Trajectory) -> list[Sequence[Any]]:
-    return [
-        [
-            run_id,
-            trajectory.id,
-            depth,
-            step.action.type,
-            _action_name(action_json),
-            step.action.render(),
-            action_json,
-            step.control.model_dump_json() if step.control is not None else None,
-        ]
-        for depth, step in enumerate(trajectory.steps, start=1)
-        if (action_json := step.action.model_dump_json())
-    ]
-
-
-def _observation_rows(
-    run_id: str,
-    trajectory_id: str,
-    side: str,
-    mode: str,
-    sample: int,
-    observations: list[TimedObservation],
-) -> list[Sequence[Any]]:
-    rows: list[Sequence[Any]] = []
-    for depth, timed in enumerate(observations, start=1):
-        obs = timed.observation
-        rows.append(
-            [
-                run_id,
-                trajectory_id,
-                depth,
-                side,
-                mode,
-                sample,
-                obs.text,
-                obs.exit_code,
-                obs.cwd,
-                obs.timed_out,
-                obs.truncated,
-                obs.error,
-                timed.latency_ms,
-                _sorted_json(obs.state) if obs.state is not None else None,
-            ]
-        )
-    return rows
-
-
-def _comparison_rows(
-    run_id: str, trajectory: Trajectory, mode: str, sample: int, comparisons: list[StepComparison]
-) -> list[Sequence[Any]]:
-    domain, trajectory_id = trajectory.domain.value, trajectory.id
-    return [
-        [
-            run_id,
-            trajectory_id,
-            depth,
-            mode,
-            sample,
-            domain,
-            c.score,
-            c.drift,
-            c.infra_failure,
-            c.exit_match,
-            _sorted_json(c.metrics),
-            c.hallucinations,
-            c.omissions,
-            c.stale,
-            _sorted_json(c.normalizations),
-            c.reasons,
-        ]
-        for depth, c in enumerate(comparisons, start=1)
-    ]
-
-
 _SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+# CPython's C encoder built once with json.dumps(sort_keys=True)'s settings (JSONEncoder.encode
+# builds one per call, half the cost of encoding a small dict); no circular-reference markers:
+# these values are parsed JSON or flat dicts, never self-referencing.
+_C_SORTED_JSON = (
+    _C_MAKE_ENCODER(
+        None,
+        json.JSONEncoder().default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ": ",
+        ", ",
+        True,
+        False,
+        True,
+    )
+    if _C_MAKE_ENCODER is not None
+    else None
+)
 
 
 def _sorted_json(data: Any) -> str:
     """``json.dumps(data, sort_keys=True)``, without building an encoder per call."""
-    return _SORTED_JSON(data) if data != {} else "{}"
+    if data == {}:
+        return "{}"
+    if _C_SORTED_JSON is not None and isinstance(data, dict):
+        return "".join(_C_SORTED_JSON(data, 0))
+    return _SORTED_JSON(data)
 
 
 def _now() -> datetime:

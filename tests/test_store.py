@@ -17,6 +17,7 @@ from fidelity.errors import NotADatabaseError, NotFoundError, StoreError, exit_c
 from fidelity.model import Observation
 from fidelity.store import (
     SCHEMA_VERSION,
+    RecordBuffer,
     ReplayedRecord,
     Store,
     StoredReplay,
@@ -182,19 +183,97 @@ def test_a_database_written_by_the_version_1_code_is_upgraded_in_place(db_path: 
 
     with store_v1.Store(db_path) as old:
         old.start_run("r1", INFO)
-        old.write_trajectory("r1", store_v1.TrajectoryRecord(*record("t1").__dict__.values()))  # type: ignore[arg-type]
+        for trajectory_id, drift in (("t1", False), ("t3", True)):
+            legacy = store_v1.TrajectoryRecord(*record(trajectory_id, drift).__dict__.values())  # type: ignore[arg-type]
+            old.write_trajectory("r1", legacy)
     with duckdb.connect(str(db_path)) as con:  # the oldest files: no state/control columns
         con.execute("ALTER TABLE observations DROP COLUMN state")
         con.execute("ALTER TABLE steps DROP COLUMN control")
+    before = _every_row(db_path)
     with Store(db_path) as store:
         assert store.schema_version() == SCHEMA_VERSION > 1
-        assert store.done_trajectories("r1") == {"t1"}
+    after = _every_row(db_path)
+    for table, rows in before.items():  # the same rows, the new columns empty
+        assert [row[: len(rows[0])] for row in after[table]] == rows, table
+        assert {row[len(rows[0]) :] for row in after[table]} <= {(), (None,), (None, None)}
+    with Store(db_path) as store:
+        assert store.done_trajectories("r1") == {"t1", "t3"}
         assert store.real_observations("r1")["t1"][0].text == "a\n"
         store.write_trajectory("r1", record("t2", drift=True))
+        store.write_trajectory("r1", record("t3"))  # replaced, never duplicated
         summary = summarize(store, "r1")
-    assert summary.totals.trajectories == 2 and summary.totals.steps == 4
+    assert summary.totals.trajectories == 3 and summary.totals.steps == 6
+    assert summary.totals.drift_rate == pytest.approx(1 / 3)
     with Store(db_path) as again:  # reopening applies nothing twice
         assert again.schema_version() == SCHEMA_VERSION
+
+
+def _every_row(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, in a fixed order (columns in table order)."""
+    with duckdb.connect(str(path), read_only=True) as con:
+        tables = [row[0] for row in con.execute("SHOW TABLES").fetchall() if row[0] != "meta"]
+        return {
+            table: con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall() for table in tables
+        }
+
+
+def test_wide_tables_keep_no_index_and_compress_texts(db_path: Path) -> None:
+    """Schema 4: only ``trajectories`` (one row per trajectory) keeps a key; texts are zstd."""
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        store.write_trajectories("r1", [record(f"t{i}") for i in range(3)])
+        store.connection.execute("CHECKPOINT")
+        keyed = store.connection.execute(
+            "SELECT table_name FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+            "ORDER BY ALL"
+        ).fetchall()
+        compression = store.connection.execute(
+            "SELECT DISTINCT compression FROM pragma_storage_info('observations') "
+            "WHERE column_name = 'text' AND segment_type = 'VARCHAR'"
+        ).fetchall()
+    assert [row[0] for row in keyed] == ["judgments", "meta", "runs", "trajectories"]
+    assert compression == [("ZSTD",)]
+
+
+def test_list_cells_of_equal_length_stay_lists(db_path: Path) -> None:
+    """Every comparison with exactly one entity: the column is still one list per row."""
+    records = [record(f"t{i}", drift=True) for i in range(3)]
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        store.write_trajectories("r1", records)
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        rows = con.execute("SELECT DISTINCT hallucinations, omissions FROM comparisons").fetchall()
+    assert rows == [(["file:b"], [])]
+
+
+def test_entity_lists_come_back_as_written(db_path: Path) -> None:
+    """Lists travel as JSON: quotes, commas, brackets, backslashes and non-ASCII survive."""
+    tricky = ['file:a, "b"', "url:https://x/[1]", "path:C:\\dir\\f", "name:ünïcode ✓", "", "null"]
+    written = record("t1", drift=True)
+    written.comparisons = [
+        StepComparison(score=0.1, drift=True, hallucinations=tricky, reasons=["x"]),
+        StepComparison(score=1.0, drift=False, omissions=tricky[::-1], stale=["s"]),
+    ]
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        store.write_trajectories("r1", [written])
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        rows = con.execute(
+            "SELECT hallucinations, omissions, stale, reasons FROM comparisons ORDER BY depth"
+        ).fetchall()
+    assert rows == [(tricky, [], [], ["x"]), ([], tricky[::-1], ["s"], [])]
+
+
+def test_the_buffer_writes_a_batch_once_it_holds_enough_steps(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        buffer = RecordBuffer(store, "r1", size=100, seconds=3600, steps=5)
+        buffer.add(record("t1"))
+        buffer.add(record("t2"))  # 4 steps pending: not yet
+        assert store.done_trajectories("r1") == set() and buffer.pending_steps == 4
+        buffer.add(record("t3"))  # 6 steps
+        assert store.done_trajectories("r1") == {"t1", "t2", "t3"}
+        assert (buffer.pending, buffer.pending_steps, buffer.written) == ([], 0, 3)
 
 
 def test_bulk_writes_store_many_trajectories_at_once_and_replace_old_rows(db_path: Path) -> None:
@@ -220,8 +299,27 @@ def test_sorted_json_is_json_dumps_sorted() -> None:
         {"b": 1.5, "a": 0.1 + 0.2, "é": float("inf")},
         {"z": {"y": [1, "x", None], "a": True}},
         {"text": 'line\nwith "quotes" and ünïcode'},
+        {2: [1.5, float("nan"), -0.0, 10**20], 1: {"b": None, "a": False}, 3.5: "x"},
+        {"line": 1e-7, "char": 0.30000000000000004, "entity": 1, "z": float("-inf")},
         [],
         None,
     ]
     for sample in samples:
         assert _sorted_json(sample) == json.dumps(sample, sort_keys=True)
+    for bad in ({"a": object()}, {"a": 1, 2: 3}):  # not JSON; keys that do not sort
+        with pytest.raises(TypeError):
+            json.dumps(bad, sort_keys=True)
+        with pytest.raises(TypeError):
+            _sorted_json(bad)
+
+
+def test_a_file_newer_than_the_code_is_refused_and_left_as_it_was(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        store.write_trajectory("r1", record("t1"))
+    with duckdb.connect(str(db_path)) as con:
+        con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    before = _every_row(db_path)
+    with pytest.raises(StoreError, match="schema version 99 is newer than this fidelity"):
+        Store(db_path)
+    assert _every_row(db_path) == before
