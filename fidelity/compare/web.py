@@ -11,7 +11,12 @@ same page reached another way gets other ids. Random per-page suffixes of
 element ids and names (``form-notice-k2j4h9``: six to twelve lowercase
 letters and digits, both present, after a word and a dash) become ``<ID>``
 (rule ``web_random_id``); session tokens in link URLs are normalized by the
-shared ``signed_token`` rule.
+shared ``signed_token`` rule. Two more things differ between two real runs of
+one site: folders made by ``mkdtemp`` (``/tmp/fidelity-browser-4gm_ywzu``: a
+prefix ending in a dash, then eight of ``[a-z0-9_]``) become ``<TMP>`` (rule
+``web_temp_dir``), and masked secrets (Django's ``salt: UY**********``: up to
+eight characters, then six or more asterisks) become ``<MASKED>`` (rule
+``web_masked_secret``).
 
 A node's key is its role, name and ancestor path (``main:/list:Menu/link:About``).
 
@@ -52,7 +57,7 @@ from typing import NamedTuple
 from rapidfuzz.distance import Indel
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.calibration import Calibration, load_calibration
+from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import merge_counts
 from fidelity.compare.structured import ItemComparator, listed, overlap, verdict
@@ -68,6 +73,8 @@ _URL_RE = re.compile(
     r"[a-z][a-z0-9+.-]{1,15}://(?:[^\s'\"<>,]|<[A-Z]+>)+"
     r"|(?<![\w.-])(?:mailto|tel|sms|data|javascript|about|blob|urn|view-source):[^\s'\"<>,]+"
 )
+_TEMP_DIR_RE = re.compile(r"(/tmp/[A-Za-z][\w.-]*-)[a-z0-9_]{8}(?![\w-])")
+_MASKED_RE = re.compile(r"(?<![\w*])[A-Za-z0-9+/=$.]{0,8}\*{6,}")
 _RANDOM_ID_RE = re.compile(
     r"(?<=[A-Za-z][-_])(?=[a-z]*[0-9])(?=[0-9]*[a-z])[a-z0-9]{6,12}(?![\w-])"
 )
@@ -144,17 +151,21 @@ class WebComparator(ItemComparator[Node]):
     ) -> None:
         config = config or CompareConfig()
         super().__init__(threshold, config=config)
-        fixed = threshold is not None or self.domain in config.thresholds
-        self.calibration: Calibration | None = (
-            load_calibration(self.domain) if calibrated and not fixed else None
-        )
+        self.calibration = calibration_for(self.domain, threshold, config, calibrated)
 
     def parse(self, observation: Observation) -> tuple[list[Node], dict[str, int]]:
         """The nodes of *observation* and the normalizations that fired."""
         text, bids = strip_bids(observation.text)
         text, counts = self.normalizer.cached(text)
+        text, temps = _TEMP_DIR_RE.subn(r"\1<TMP>", text)
+        text, masked = _MASKED_RE.subn("<MASKED>", text)
         text, suffixes = _RANDOM_ID_RE.subn("<ID>", text)
-        own = {"web_bid": bids, "web_random_id": suffixes}
+        own = {
+            "web_bid": bids,
+            "web_temp_dir": temps,
+            "web_masked_secret": masked,
+            "web_random_id": suffixes,
+        }
         return parse_tree(text), merge_counts(counts, {k: n for k, n in own.items() if n})
 
     def item_entities(self, items: list[Node]) -> set[str]:
