@@ -73,6 +73,10 @@ _URL_RE = re.compile(
     r"[a-z][a-z0-9+.-]{1,15}://(?:[^\s'\"<>,]|<[A-Z]+>)+"
     r"|(?<![\w.-])(?:mailto|tel|sms|data|javascript|about|blob|urn|view-source):[^\s'\"<>,]+"
 )
+_HEADER_RE = re.compile(
+    r"^# (?P<kind>tab|error)(?: \d+)?(?P<active> \(active\))?: "
+    r"(?:'(?P<name>(?:[^'\\]|\\.)*)'|\"(?P<dname>(?:[^\"\\]|\\.)*)\")$"
+)
 _TEMP_DIR_RE = re.compile(r"(/tmp/[A-Za-z][\w.-]*-)[a-z0-9_]{8}(?![\w-])")
 _MASKED_RE = re.compile(r"(?<![\w*])[A-Za-z0-9+/=$.]{0,8}\*{6,}")
 _RANDOM_ID_RE = re.compile(
@@ -106,6 +110,9 @@ def parse_tree(text: str) -> list[Node]:
     nodes: list[Node] = []
     stack: list[tuple[int, str]] = []
     for line in text.split("\n"):
+        if line.startswith("# "):
+            nodes.extend(_header_node(line))
+            continue
         match = _NODE_RE.match(line)
         if match is None or not line.strip():
             continue
@@ -120,6 +127,15 @@ def parse_tree(text: str) -> list[Node]:
         stack.append((indent, label))
         nodes.append(Node(len(stack) - 1, role, name, props, f"{path}/{label}"))
     return nodes
+
+
+def _header_node(line: str) -> list[Node]:
+    """A ``# tab N: 'title'`` or ``# error: 'message'`` header line as a top-level node."""
+    match = _HEADER_RE.match(line)
+    if match is None:
+        return []
+    role, name = match["kind"], match["name"] or match["dname"] or ""
+    return [Node(0, role, name, "active" if match["active"] else "", f"#/{role}:{name}")]
 
 
 def tree_similarity(real: list[Node], sim: list[Node]) -> float:
@@ -216,13 +232,23 @@ class WebComparator(ItemComparator[Node]):
 
 
 def _props(real: list[Node], sim: list[Node]) -> tuple[float, int, list[str]]:
-    """Share of common keys whose properties agree, how many do not, and reasons for them."""
-    real_props = {n.key: n for n in real}
-    sim_props = {n.key: n for n in sim}
+    """Share of matched nodes whose properties agree, how many do not, and reasons for them.
+
+    Nodes are matched by key and, among nodes sharing a key (the checkboxes of
+    a table's rows), by their order on the page.
+    """
+    real_props, sim_props = _by_key(real), _by_key(sim)
     common = sorted(real_props.keys() & sim_props.keys())
-    differ = [k for k in common if real_props[k].props != sim_props[k].props]
-    reasons = [
-        f"prop {real_props[k].label}: {real_props[k].props or '-'} != {sim_props[k].props or '-'}"
-        for k in differ[:MAX_MISMATCHES]
-    ]
-    return (1 - len(differ) / len(common) if common else 1.0), len(differ), reasons
+    pairs = [(a, b) for k in common for a, b in zip(real_props[k], sim_props[k], strict=False)]
+    differ = [(a, b) for a, b in pairs if a.props != b.props]
+    reasons = [f"prop {a.label}: {a.props or '-'} != {b.props or '-'}" for a, b in differ]
+    agreement = 1 - len(differ) / len(pairs) if pairs else 1.0
+    return agreement, len(differ), reasons[:MAX_MISMATCHES]
+
+
+def _by_key(nodes: list[Node]) -> dict[str, list[Node]]:
+    """Nodes grouped by key, in page order."""
+    grouped: dict[str, list[Node]] = {}
+    for node in nodes:
+        grouped.setdefault(node.key, []).append(node)
+    return grouped

@@ -100,7 +100,8 @@ def django_app(root: Path) -> WsgiApp:
     shutil.copyfile(template, database)
     from django.core.wsgi import get_wsgi_application
 
-    return get_wsgi_application()
+    app: WsgiApp = get_wsgi_application()
+    return app
 
 
 def _set_urls() -> None:
