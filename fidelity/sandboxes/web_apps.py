@@ -18,7 +18,6 @@ import os
 import random
 import shutil
 import sqlite3
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -226,7 +225,6 @@ def sqlite_web_app(root: Path) -> WsgiApp:
     """sqlite-web (Flask) over a fresh seeded inventory database."""
     database = root / "inventory.db"
     build_inventory(database)
-    sys.argv = ["sqlite_web", str(database)]
     from sqlite_web import sqlite_web
 
     sqlite_web.initialize_app([str(database)])
