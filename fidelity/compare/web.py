@@ -19,6 +19,9 @@ eight characters, then six or more asterisks) become ``<MASKED>`` (rule
 ``web_masked_secret``).
 
 A node's key is its role, name and ancestor path (``main:/list:Menu/link:About``).
+The header lines ``# tab N: 'title'`` and ``# error: 'message'`` are top-level nodes
+of role ``tab`` (``active`` as a property) and ``error``, so an action error or a
+tab that one side lacks counts like any other node; ``# url:`` is the root's ``url``.
 
 Metrics (in [0, 1]):
 
@@ -27,8 +30,9 @@ Metrics (in [0, 1]):
   ``(depth, role, name)``. A cheap approximation of tree edit distance
   (Zhang-Shasha is quadratic per node pair): inserting or deleting a node costs
   one, a renamed node two, a moved subtree about twice its size;
-- ``prop_agreement``: share of matched node keys whose properties (``checked``,
-  ``value``, ``url``…) agree;
+- ``prop_agreement``: share of matched nodes whose properties (``checked``,
+  ``value``, ``url``…) agree (nodes sharing a key, such as a table's row
+  checkboxes, are matched in page order);
 - ``score`` = 0.4 × node_f1 + 0.4 × tree_sim + 0.2 × prop_agreement.
 
 Entities: ``ui:role:name`` for every named node (UI labels) and ``url:`` for
