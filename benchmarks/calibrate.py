@@ -5,7 +5,9 @@ terminal, Chromium for web, Docker for swe; or reads two replays given with
 ``--replays`` or kept in ``--cache``), builds the seeded development set
 (faithful and volatile pairs plus realistic corruptions), fits a logistic
 regression on the training split and prints the coefficients and the figures
-on the held-out split: another project (see ``compare_devset.py``).
+on the held-out split: another project (see ``compare_devset.py``). The
+shipped ``web.json`` comes from ``web_devset.py --write`` instead (every site
+replayed, leave one site out).
 
     python benchmarks/calibrate.py [--domain terminal|web|swe] [--seed 7] [--replays A B]
         [--heldout-replays A B] [--heldout-project NAME] [--cache DIR]

@@ -15,7 +15,8 @@ case " $* " in  # real headless Chromium (Debian's; Playwright drives it): repor
         # e.g. a snap stub, is not it); its pages need the DejaVu fonts
         [ -x /usr/bin/chromium ] || missing+=(chromium)
         [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
-        [ -f /usr/share/doc/valgrind/html/index.html ] || missing+=(valgrind) ;;  # the docs web site
+        [ -f /usr/share/doc/valgrind/html/index.html ] || missing+=(valgrind)  # the docs web site
+        [ -f /usr/share/doc/python3.11/html/index.html ] || missing+=(python3.11-doc) ;;  # pydocs site
 esac
 case " $* " in  # the mcp domain's npm servers (node) and the search domain's corpus (Debian docs)
     *" tests "*|*" mcp "*|*" search "*|*" benchmarks "*)

@@ -40,7 +40,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.calibration.apply import calibrated
+from fidelity.compare.calibration.apply import calibrated, calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import PLACEHOLDER_RE, Normalizer
 from fidelity.compare.structured import (
@@ -183,7 +183,7 @@ class JsonComparator:
     ) -> None:
         config = config or CompareConfig()
         self.domain = domain
-        self.calibrated = calibrated and threshold is None  # calibration/<domain>.json
+        self.calibration = calibration_for(domain, threshold, config, calibrated)
         self.threshold = threshold_of(domain, config, threshold)
         self.normalizer = value_normalizer(config)
         self.text = TerminalComparator(self.threshold, config=config, calibrated=False)
@@ -227,7 +227,7 @@ class JsonComparator:
             result.metrics["json"] = 0.0
         else:
             result = self.compare_flat(real_flat, sim_flat, context)
-        return calibrated(self.domain, result, self.calibrated)
+        return calibrated(self.calibration, result)
 
     def compare_flat(self, real: Flat, sim: Flat, context: CompareContext) -> StepComparison:
         """The verdict on two flattened documents."""

@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.calibration import Calibration, load_calibration
+from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.desktop import OsComparator
 from fidelity.compare.structured import infra_failure, listed
@@ -190,11 +190,8 @@ class OsWorldComparator:
         calibrated: bool = True,
     ) -> None:
         config = config or CompareConfig()
-        fixed = threshold is not None or self.domain in config.thresholds
         self.threshold = threshold if threshold is not None else config.threshold(self.domain, 1.0)
-        self.calibration: Calibration | None = (
-            load_calibration(self.domain) if calibrated and not fixed else None
-        )
+        self.calibration = calibration_for(self.domain, threshold, config, calibrated)
         self.fallback = OsComparator(threshold, config=config)
 
     def entities(self, observation: Observation, context: CompareContext) -> set[str]:

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 from rapidfuzz import fuzz
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.calibration.apply import calibrated
+from fidelity.compare.calibration.apply import calibrated, calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.structured import ItemComparator, overlap, verdict
 from fidelity.compare.terminal import entity_diff
@@ -185,14 +185,15 @@ class SearchComparator(ItemComparator[Result]):
         config: CompareConfig | None = None,
         calibrated: bool = True,
     ) -> None:
+        config = config or CompareConfig()
         super().__init__(threshold, config=config)
-        self.calibrated = calibrated and threshold is None  # calibration/search.json
+        self.calibration = calibration_for(self.domain, threshold, config, calibrated)
 
     def compare(
         self, real: Observation, sim: Observation, context: CompareContext
     ) -> StepComparison:
         """The structured verdict, decided by the shipped calibration when there is one."""
-        return calibrated(self.domain, super().compare(real, sim, context), self.calibrated)
+        return calibrated(self.calibration, super().compare(real, sim, context))
 
     def parse(self, observation: Observation) -> tuple[list[Result], dict[str, int]]:
         """The results of *observation* (titles normalized) and the normalizations that fired."""

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 from rapidfuzz.distance import Indel
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.calibration import Calibration, load_calibration
+from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.structured import listed, overlap, shown
 from fidelity.compare.terminal import TerminalComparator, hard_mismatches
@@ -144,11 +144,9 @@ class SweComparator:
         calibrated: bool = True,
     ) -> None:
         config = config or CompareConfig()
+        self.calibration = calibration_for(self.domain, threshold, config, calibrated)
         if threshold is None and self.domain in config.thresholds:
             threshold = config.thresholds[self.domain]
-        self.calibration: Calibration | None = (
-            load_calibration(self.domain) if calibrated and threshold is None else None
-        )
         # with its own calibration the terminal part only supplies metrics and entities
         own = self.calibration is not None
         self.terminal = TerminalComparator(threshold, config=config, calibrated=not own)

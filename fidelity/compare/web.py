@@ -11,9 +11,17 @@ same page reached another way gets other ids. Random per-page suffixes of
 element ids and names (``form-notice-k2j4h9``: six to twelve lowercase
 letters and digits, both present, after a word and a dash) become ``<ID>``
 (rule ``web_random_id``); session tokens in link URLs are normalized by the
-shared ``signed_token`` rule.
+shared ``signed_token`` rule. Two more things differ between two real runs of
+one site: folders made by ``mkdtemp`` (``/tmp/fidelity-browser-4gm_ywzu``: a
+prefix ending in a dash, then eight of ``[a-z0-9_]``) become ``<TMP>`` (rule
+``web_temp_dir``), and masked secrets (Django's ``salt: UY**********``: up to
+eight characters, then six or more asterisks) become ``<MASKED>`` (rule
+``web_masked_secret``).
 
 A node's key is its role, name and ancestor path (``main:/list:Menu/link:About``).
+The header lines ``# tab N: 'title'`` and ``# error: 'message'`` are top-level nodes
+of role ``tab`` (``active`` as a property) and ``error``, so an action error or a
+tab that one side lacks counts like any other node; ``# url:`` is the root's ``url``.
 
 Metrics (in [0, 1]):
 
@@ -22,8 +30,9 @@ Metrics (in [0, 1]):
   ``(depth, role, name)``. A cheap approximation of tree edit distance
   (Zhang-Shasha is quadratic per node pair): inserting or deleting a node costs
   one, a renamed node two, a moved subtree about twice its size;
-- ``prop_agreement``: share of matched node keys whose properties (``checked``,
-  ``value``, ``url``…) agree;
+- ``prop_agreement``: share of matched nodes whose properties (``checked``,
+  ``value``, ``url``…) agree (nodes sharing a key, such as a table's row
+  checkboxes, are matched in page order);
 - ``score`` = 0.4 × node_f1 + 0.4 × tree_sim + 0.2 × prop_agreement.
 
 Entities: ``ui:role:name`` for every named node (UI labels) and ``url:`` for
@@ -52,7 +61,7 @@ from typing import NamedTuple
 from rapidfuzz.distance import Indel
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.calibration import Calibration, load_calibration
+from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import merge_counts
 from fidelity.compare.structured import ItemComparator, listed, overlap, verdict
@@ -68,6 +77,12 @@ _URL_RE = re.compile(
     r"[a-z][a-z0-9+.-]{1,15}://(?:[^\s'\"<>,]|<[A-Z]+>)+"
     r"|(?<![\w.-])(?:mailto|tel|sms|data|javascript|about|blob|urn|view-source):[^\s'\"<>,]+"
 )
+_HEADER_RE = re.compile(
+    r"^# (?P<kind>tab|error)(?: \d+)?(?P<active> \(active\))?: "
+    r"(?:'(?P<name>(?:[^'\\]|\\.)*)'|\"(?P<dname>(?:[^\"\\]|\\.)*)\")$"
+)
+_TEMP_DIR_RE = re.compile(r"(/tmp/[A-Za-z][\w.-]*-)[a-z0-9_]{8}(?![\w-])")
+_MASKED_RE = re.compile(r"(?<![\w*])[A-Za-z0-9+/=$.]{0,8}\*{6,}")
 _RANDOM_ID_RE = re.compile(
     r"(?<=[A-Za-z][-_])(?=[a-z]*[0-9])(?=[0-9]*[a-z])[a-z0-9]{6,12}(?![\w-])"
 )
@@ -99,6 +114,9 @@ def parse_tree(text: str) -> list[Node]:
     nodes: list[Node] = []
     stack: list[tuple[int, str]] = []
     for line in text.split("\n"):
+        if line.startswith("# "):
+            nodes.extend(_header_node(line))
+            continue
         match = _NODE_RE.match(line)
         if match is None or not line.strip():
             continue
@@ -113,6 +131,15 @@ def parse_tree(text: str) -> list[Node]:
         stack.append((indent, label))
         nodes.append(Node(len(stack) - 1, role, name, props, f"{path}/{label}"))
     return nodes
+
+
+def _header_node(line: str) -> list[Node]:
+    """A ``# tab N: 'title'`` or ``# error: 'message'`` header line as a top-level node."""
+    match = _HEADER_RE.match(line)
+    if match is None:
+        return []
+    role, name = match["kind"], match["name"] or match["dname"] or ""
+    return [Node(0, role, name, "active" if match["active"] else "", f"#/{role}:{name}")]
 
 
 def tree_similarity(real: list[Node], sim: list[Node]) -> float:
@@ -144,17 +171,21 @@ class WebComparator(ItemComparator[Node]):
     ) -> None:
         config = config or CompareConfig()
         super().__init__(threshold, config=config)
-        fixed = threshold is not None or self.domain in config.thresholds
-        self.calibration: Calibration | None = (
-            load_calibration(self.domain) if calibrated and not fixed else None
-        )
+        self.calibration = calibration_for(self.domain, threshold, config, calibrated)
 
     def parse(self, observation: Observation) -> tuple[list[Node], dict[str, int]]:
         """The nodes of *observation* and the normalizations that fired."""
         text, bids = strip_bids(observation.text)
         text, counts = self.normalizer.cached(text)
+        text, temps = _TEMP_DIR_RE.subn(r"\1<TMP>", text)
+        text, masked = _MASKED_RE.subn("<MASKED>", text)
         text, suffixes = _RANDOM_ID_RE.subn("<ID>", text)
-        own = {"web_bid": bids, "web_random_id": suffixes}
+        own = {
+            "web_bid": bids,
+            "web_temp_dir": temps,
+            "web_masked_secret": masked,
+            "web_random_id": suffixes,
+        }
         return parse_tree(text), merge_counts(counts, {k: n for k, n in own.items() if n})
 
     def item_entities(self, items: list[Node]) -> set[str]:
@@ -205,13 +236,23 @@ class WebComparator(ItemComparator[Node]):
 
 
 def _props(real: list[Node], sim: list[Node]) -> tuple[float, int, list[str]]:
-    """Share of common keys whose properties agree, how many do not, and reasons for them."""
-    real_props = {n.key: n for n in real}
-    sim_props = {n.key: n for n in sim}
+    """Share of matched nodes whose properties agree, how many do not, and reasons for them.
+
+    Nodes are matched by key and, among nodes sharing a key (the checkboxes of
+    a table's rows), by their order on the page.
+    """
+    real_props, sim_props = _by_key(real), _by_key(sim)
     common = sorted(real_props.keys() & sim_props.keys())
-    differ = [k for k in common if real_props[k].props != sim_props[k].props]
-    reasons = [
-        f"prop {real_props[k].label}: {real_props[k].props or '-'} != {sim_props[k].props or '-'}"
-        for k in differ[:MAX_MISMATCHES]
-    ]
-    return (1 - len(differ) / len(common) if common else 1.0), len(differ), reasons
+    pairs = [(a, b) for k in common for a, b in zip(real_props[k], sim_props[k], strict=False)]
+    differ = [(a, b) for a, b in pairs if a.props != b.props]
+    reasons = [f"prop {a.label}: {a.props or '-'} != {b.props or '-'}" for a, b in differ]
+    agreement = 1 - len(differ) / len(pairs) if pairs else 1.0
+    return agreement, len(differ), reasons[:MAX_MISMATCHES]
+
+
+def _by_key(nodes: list[Node]) -> dict[str, list[Node]]:
+    """Nodes grouped by key, in page order."""
+    grouped: dict[str, list[Node]] = {}
+    for node in nodes:
+        grouped.setdefault(node.key, []).append(node)
+    return grouped

@@ -1,8 +1,9 @@
 """The web suite's sites: described in ``sandboxes/web/<project>/site.json``, served on loopback.
 
-Three kinds: ``datasette`` (Datasette over a SQLite database generated here,
+Five kinds: ``datasette`` (Datasette over a SQLite database generated here,
 seeded), ``static`` (a copy of documentation HTML from a Debian package, served
-by :mod:`http.server`) and ``library`` (:mod:`fidelity.sandboxes.web_app`).
+by :mod:`http.server`), ``library`` (:mod:`fidelity.sandboxes.web_app`), and
+``django`` (the Django admin) and ``sqlite-web`` (see :mod:`fidelity.sandboxes.web_apps`).
 Each site runs in its own process (``python -m fidelity.sandboxes.web_sites``)
 in its own session, bound to an ephemeral port on 127.0.0.1; it prints
 ``PORT <n>`` when ready and exits when its owner process dies.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -36,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.resources import data_dir
+from fidelity.sandboxes.images import cache_dir
 
 OWNER_FLAG = "--fidelity-owner"
 START_TIMEOUT = 30.0
@@ -46,7 +49,7 @@ class SiteSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["datasette", "static", "library"]
+    kind: Literal["datasette", "static", "library", "django", "sqlite-web"]
     description: str = ""
     start: str = "/"
     source: str | None = None
@@ -71,16 +74,30 @@ def load_site(folder: Path) -> SiteSpec:
         raise UsageError(f"{folder / 'site.json'}: {exc}") from None
 
 
+PYPI_KINDS = {"datasette": "datasette", "django": "django", "sqlite-web": "sqlite_web"}
+"""Site kinds served by a PyPI package -> the module that must be importable."""
+
+
+def _check_installed(spec: SiteSpec, folder: Path) -> None:
+    """SandboxUnavailableError naming the install step when the site's software is missing."""
+    if spec.kind == "static" and not Path(spec.source or "").is_dir():
+        raise SandboxUnavailableError(
+            f"{spec.source} is missing: install the Debian package {spec.package} "
+            f"(`apt-get install {spec.package}`, or scripts/bootstrap.sh web)"
+        )
+    module = PYPI_KINDS.get(spec.kind)
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise SandboxUnavailableError(
+            f"web project {folder.name} needs the Python package {spec.kind} "
+            "(pip install 'fidelity[web]', or scripts/bootstrap.sh web)"
+        )
+
+
 class SiteProcess:
     """A running site server (its own process session); :meth:`stop` is idempotent."""
 
     def __init__(self, folder: Path, root: Path) -> None:
-        spec = load_site(folder)
-        if spec.kind == "static" and not Path(spec.source or "").is_dir():
-            raise SandboxUnavailableError(
-                f"{spec.source} is missing: install the Debian package {spec.package} "
-                f"(`apt-get install {spec.package}`, or scripts/bootstrap.sh)"
-            )
+        _check_installed(load_site(folder), folder)
         argv = [sys.executable, "-m", "fidelity.sandboxes.web_sites", str(folder), str(root)]
         self.proc = subprocess.Popen(
             [*argv, f"{OWNER_FLAG}={os.getpid()}"],
@@ -129,7 +146,9 @@ def _server_environment() -> dict[str, str]:
     """What the site server inherits: how to find Python and fidelity, nothing of the auditor's."""
     keep = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
     env = {key: os.environ[key] for key in keep if key in os.environ}
-    return {**env, "LANG": "C.UTF-8", "TZ": "UTC", "HOME": tempfile.gettempdir()}
+    # the auditor's cache folder: sites that need a prepared database keep it there
+    cache = str(cache_dir().parent)
+    return {**env, "LANG": "C.UTF-8", "TZ": "UTC", "HOME": tempfile.gettempdir(), "XDG_CACHE_HOME": cache}
 
 
 # -- inside the server process ------------------------------------------------
@@ -234,20 +253,28 @@ def _serve(folder: Path, root: Path) -> None:
         static = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietStatic, directory=str(site)))
         _ready(static.server_address[1])
         static.serve_forever()
-    elif spec.kind == "library":
-        from fidelity.sandboxes.web_app import LibraryApp
-
-        wsgi = make_server(
-            "127.0.0.1",
-            0,
-            LibraryApp(),
-            server_class=_ThreadingWSGIServer,
-            handler_class=_QuietWSGI,
-        )
-        _ready(wsgi.server_port)
-        wsgi.serve_forever()
+    elif spec.kind in {"library", "django", "sqlite-web"}:
+        _serve_wsgi(spec.kind, root)
     else:
         _serve_datasette(folder, root)
+
+
+def _serve_wsgi(kind: str, root: Path) -> None:
+    """A WSGI site (the library, the Django admin, sqlite-web) on a threaded wsgiref server."""
+    from fidelity.sandboxes import web_apps
+    from fidelity.sandboxes.web_app import LibraryApp
+
+    if kind == "library":
+        app: web_apps.WsgiApp = LibraryApp()
+    elif kind == "django":
+        app = web_apps.django_app(root)
+    else:
+        app = web_apps.sqlite_web_app(root)
+    wsgi = make_server(
+        "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietWSGI
+    )
+    _ready(wsgi.server_port)
+    wsgi.serve_forever()
 
 
 def _serve_datasette(folder: Path, root: Path) -> None:

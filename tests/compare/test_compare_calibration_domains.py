@@ -112,8 +112,7 @@ def test_web_applies_its_calibration_and_falls_back_to_the_threshold() -> None:
 
 
 def test_missing_calibration_file_keeps_fixed_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fidelity.compare.web.load_calibration", lambda domain: None)
-    monkeypatch.setattr("fidelity.compare.swe.load_calibration", lambda domain: None)
+    monkeypatch.setattr("fidelity.compare.calibration.apply.load_calibration", lambda domain: None)
     assert WebComparator().calibration is None and SweComparator().calibration is None
     assert SweComparator().terminal.calibration is not None  # today's: terminal-calibrated text
 
@@ -200,3 +199,19 @@ def test_volatile_variants_change_the_text_but_do_not_drift() -> None:
     assert varied is not None and varied.text != run.text
     assert not SweComparator().compare(run, varied, SWE_CONTEXT).drift
     assert swe_volatile(_swe("no volatile content\n"), random.Random(1)) is None
+
+
+@pytest.mark.parametrize("domain", ["web", "swe", "os", "mcp", "search"])
+def test_one_rule_decides_fixed_threshold_or_calibration(domain: str) -> None:
+    """An explicit threshold, a [thresholds] entry or calibrated=False fix the threshold."""
+    from fidelity.compare import get_comparator
+    from fidelity.compare.calibration.apply import calibration_for
+
+    assert calibration_for(domain, None, CompareConfig()) == load_calibration(domain) is not None
+    assert calibration_for(domain, 0.8, CompareConfig()) is None
+    assert calibration_for(domain, None, CompareConfig(thresholds={domain: 0.8})) is None
+    assert calibration_for(domain, None, CompareConfig(), enabled=False) is None
+    assert calibration_for(domain, None, CompareConfig(thresholds={"terminal": 0.8})) is not None
+    fixed = get_comparator(domain, CompareConfig(thresholds={domain: 0.8}))
+    assert getattr(fixed, "calibration", "absent") is None
+    assert getattr(get_comparator(domain), "calibration", None) is not None

@@ -130,3 +130,55 @@ def test_threshold_from_config(threshold: float) -> None:
     assert (
         get_comparator("web", CompareConfig(thresholds={"web": threshold})).threshold == threshold
     )
+
+
+def test_temp_folders_and_masked_secrets_of_two_real_runs_do_not_drift() -> None:
+    # sqlite-web shows its database path (a mkdtemp folder); Django masks a password salt
+    real = (
+        "[1] RootWebArea 'Site'\n\t[70] cell '/tmp/fidelity-browser-edwdk_xx/inventory.db'\n"
+        "\t[71] StaticText 'UY********************'\n\t[72] StaticText '60d9c1**************'"
+    )
+    sim = (
+        "[1] RootWebArea 'Site'\n\t[70] cell '/tmp/fidelity-browser-4gm_ywzu/inventory.db'\n"
+        "\t[71] StaticText '0D********************'\n\t[72] StaticText '5c6815**************'"
+    )
+    result = compare(real, sim)
+    assert (result.drift, result.hallucinations, result.omissions) == (False, [], [])
+    assert result.normalizations["web_temp_dir"] == 2
+    assert result.normalizations["web_masked_secret"] == 4
+
+
+def test_a_changed_file_name_under_a_temp_folder_still_drifts() -> None:
+    real = "[1] RootWebArea 'Site'\n\t[70] cell '/tmp/fidelity-browser-edwdk_xx/inventory.db'"
+    sim = "[1] RootWebArea 'Site'\n\t[70] cell '/tmp/fidelity-browser-edwdk_xx/warehouse.db'"
+    result = compare(real, sim)
+    assert result.drift
+    assert result.hallucinations == ["ui:cell:/tmp/fidelity-browser-<TMP>/warehouse.db"]
+
+
+def test_action_error_and_tabs_in_the_header_are_compared() -> None:
+    body = "[1] RootWebArea 'Books', url='http://localhost:8000/books'\n\t[2] button 'Go'"
+    error = "# error: 'click(): no element with bid \\'99\\''\n"
+    real = f"# url: 'http://localhost:8000/books'\n# tab 0 (active): 'Books'\n{error}{body}"
+    quiet = real.replace(error, "")
+    result = compare(real, quiet)
+    assert result.drift
+    assert result.omissions == ["ui:error:click(): no element with bid \\'99\\'"]
+    two_tabs = real.replace(
+        "# tab 0 (active): 'Books'", "# tab 0: 'Books'\n# tab 1 (active): 'Cart'"
+    )
+    result = compare(real, two_tabs)
+    assert result.drift and "ui:tab:Cart" in result.hallucinations
+    assert compare(real, real.replace("[2]", "[7]")).drift is False
+
+
+def test_nodes_sharing_a_key_are_matched_in_page_order() -> None:
+    rows = "".join(f"\t[{i}] checkbox 'Select row', checked=false\n" for i in range(2, 6))
+    real = f"[1] RootWebArea 'Rows'\n{rows}"
+    flipped = real.replace(
+        "[4] checkbox 'Select row', checked=false", "[4] checkbox 'Select row', checked=true"
+    )
+    result = compare(real, flipped)
+    assert result.drift
+    assert result.metrics["prop_mismatches"] == 1.0
+    assert result.metrics["prop_agreement"] == 0.8  # 1 of 5 matched nodes (root included)

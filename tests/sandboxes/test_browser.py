@@ -115,7 +115,8 @@ def test_observation_has_tree_state_and_stable_origin(sandbox: BrowserSandbox) -
     ]
     assert "127.0.0.1" not in first.text  # the live port never shows
     nodes = parse_tree(strip_bids(first.text)[0])
-    assert nodes[0].role == "RootWebArea" and "Lantern Library" in nodes[0].name
+    assert (nodes[0].role, nodes[0].props) == ("tab", "active")  # the `# tab 0` header
+    assert nodes[1].role == "RootWebArea" and "Lantern Library" in nodes[1].name
     assert "link:Catalogue" in {n.label for n in nodes}
     catalogue = step(sandbox, f"click('{bid_of(first, 'link', 'Catalogue')}')")
     assert catalogue.state is not None and catalogue.state["url"].endswith("/books")

@@ -12,6 +12,7 @@ import random
 import re
 
 from fidelity.compare.calibration.devset import Corruption
+from fidelity.compare.normalize import normalize
 from fidelity.model import Observation, Step
 
 INVENTED_LABELS = (
@@ -128,7 +129,9 @@ def dropped_subtree(obs: Observation, history: list[Step], rng: random.Random) -
 def changed_value(obs: Observation, history: list[Step], rng: random.Random) -> Result:
     """A number in a node's name (a price, a count, a year, a page number) replaced by another.
 
-    Numbers inside URLs, dates and times are left alone (ports and dates are volatile).
+    Numbers inside URLs, dates and times are left alone (ports and dates are volatile):
+    a change the shared normalization would erase (``11 Apr 2022`` to ``11 Apr 4044``
+    is a date either way) is not a corruption.
     """
     lines = _lines(obs)
     found = [
@@ -146,6 +149,8 @@ def changed_value(obs: Observation, history: list[Step], rng: random.Random) -> 
     new = f"{new_value:.{len(old.split('.')[1])}f}" if "." in old else str(int(new_value))
     name = match["name"]
     renamed = name[: number.start()] + new + name[number.end() :]
+    if normalize(renamed)[0] == normalize(name)[0]:
+        return None
     start, end = match.span("name")
     lines[index] = lines[index][:start] + renamed + lines[index][end:]
     return _text(obs, lines), new

@@ -1,6 +1,7 @@
 """Author sandboxes/web/suite.jsonl: intents resolved to bids against the real sites.
 
 Run from the repository root: PYTHONPATH=sandboxes/web/authoring .venv/bin/python sandboxes/web/authoring/author.py sandboxes/web/suite.jsonl
+Only some trajectories (to append them): author.py OUT.jsonl ID-PREFIX...
 """
 import json, re, sys
 from fidelity.model import BrowserAction, EnvSpec
@@ -29,6 +30,8 @@ out = []
 sb = BrowserSandbox()
 try:
     for tid, project, desc, intents in SPECS:
+        if sys.argv[2:] and not tid.startswith(tuple(sys.argv[2:])):
+            continue
         obs = sb.reset(EnvSpec(backend="browser", project=project, description=desc))
         actions = []
         for intent in intents:

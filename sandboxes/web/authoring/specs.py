@@ -1,4 +1,7 @@
 L, D, S = "library", "docs", "datasette"
+A, W, P = "useradmin", "sqliteweb", "pydocs"
+def admin_login(password="fidelity-admin"):
+    return [("fill", "textbox", "Username:", "admin"), ("fill", "textbox", "Password:", password), ("click", "button", "Log in")]
 def login(user="alice", pw="wonderland"):
     return [("click", "link", "Sign in"), ("fill", "textbox", "Username", user), ("fill", "textbox", "Password", pw), ("click", "button", "Sign in")]
 SPECS = [
@@ -34,4 +37,25 @@ SPECS = [
  ("web-ds-sql", S, "Count employees per city with SQL", ["goto('/data?sql=select+city_id%2C+count(*)+as+n+from+employees+group+by+city_id+order+by+n+desc')", "scroll(0, 400)", "goto('/data/cities')", ("click", "link", "1", 0), ("click", "link", "home")]),
  ("web-ds-rowpage", S, "Open an order and its neighbours", ["goto('/data/orders/7')", "goto('/data/orders/8')", "go_back()", ("click", "link", "orders"), ("click", "link", "status"), ("click", "link", "pending")]),
  ("web-ds-tabs", S, "Compare two tables side by side", ["goto('/data/cities')", "new_tab()", "goto('/data/employees?_sort=salary')", "tab_focus(0)", ("click", "link", "data"), "tab_focus(1)", "tab_close()"]),
+ ("web-adm-users-filter", A, "List the staff users sorted by username", admin_login() + [("click", "link", "Users"), ("click", "link", "Yes"), ("click", "link", "USERNAME"), ("click", "link", "All"), ("click", "link", "Home")]),
+ ("web-adm-users-search", A, "Find the users named Gupta", admin_login() + [("click", "link", "Users"), ("fill", "textbox", "Search", "gupta"), ("click", "button", "Search"), ("click", "link", r"re:[a-z]+\.gupta\d+"), "go_back()"]),
+ ("web-adm-add-group", A, "Create a Release managers group", admin_login() + [("click", "link", "Add"), ("fill", "textbox", "Name:", "Release managers"), ("click", "button", "Save"), ("click", "link", "Release managers"), ("click", "link", "Home")]),
+ ("web-adm-edit-user", A, "Rename a user and make them staff", admin_login() + [("click", "link", "Users"), ("click", "link", "ada.eze0"), ("fill", "textbox", "First name:", "Adaeze"), ("click", "checkbox", "Staff status"), ("click", "button", "Save"), ("click", "link", "ada.eze0")]),
+ ("web-adm-bad-login", A, "Sign in; the first password is wrong", admin_login("wrong-password") + [("fill", "textbox", "Password:", "fidelity-admin"), ("press", "textbox", "Password:", "Enter"), ("click", "link", "Groups")]),
+ ("web-adm-add-user", A, "Add a user; fix the validation errors", admin_login() + [("click", "link", "Add", 1), ("click", "button", "Save"), ("fill", "textbox", "Username:", "new.member"), ("fill", "textbox", "Password:", "x-Tracks-2026"), ("fill", "textbox", "Password confirmation:", "x-Tracks-2026"), ("click", "button", "Save")]),
+ ("web-adm-delete", A, "Delete a user with the bulk action", admin_login() + [("click", "link", "Users"), ("click", "checkbox", "Select this object for an action - ada.abara10"), ("select_option", "combobox", "Action:", "Delete selected users"), ("click", "button", "Go"), ("click", "button", "re:Yes, I.m sure"), ("click", "link", "Home")]),
+ ("web-adm-logout", A, "Sign out and try the users page", admin_login() + [("click", "button", "LOG OUT"), ("click", "link", "Log in again"), "goto('/auth/user/')"]),
+ ("web-sw-structure", W, "Look at the part table's structure and content", [("click", "link", "part"), ("click", "link", "Content"), ("click", "link", "supplier"), ("click", "link", "Structure"), "go_back()"]),
+ ("web-sw-query", W, "Find parts that are low on stock with SQL", [("fill", "textbox", "SQL query", "select sku, on_hand from part where on_hand < 50 order by on_hand"), ("click", "button", "Execute"), ("click", "link", "low_stock"), ("click", "link", "Content")]),
+ ("web-sw-insert", W, "Add a supplier", [("click", "link", "supplier"), ("click", "link", "Insert"), ("fill", "textbox", "name", "Fjord Hardware"), ("fill", "textbox", "city", "Bergen"), ("click", "button", "Insert"), ("click", "link", "Content")]),
+ ("web-sw-bad-sql", W, "Recover from a query on a misspelt table", [("fill", "textbox", "SQL query", "select * from parts"), ("click", "button", "Execute"), ("click", "link", "part"), ("click", "link", "Query"), ("click", "button", "Execute")]),
+ ("web-sw-movements", W, "Page through the stock movements", [("click", "link", "movement"), ("click", "link", "Content"), "scroll(0, 800)", "goto('/movement/content/?page=2')", "go_back()"]),
+ ("web-sw-edit-row", W, "Change a part's stock level", [("click", "link", "part"), ("click", "link", "Content"), ("click", "link", "Edit", 2), ("click", "checkbox", "Allow updating this column.", 5), ("fill", "textbox", "on_hand", "999"), ("click", "button", "Update"), ("click", "link", "Content")]),
+ ("web-sw-tables", W, "Filter the table list and export a table", [("fill", "textbox", "table name...", "mo"), ("click", "link", "movement"), ("click", "link", "Export"), ("click", "link", "Structure")]),
+ ("web-py-tutorial", P, "Read the start of the tutorial", [("click", "link", "Tutorial"), ("click", "link", r"re:1\. Whetting Your Appetite"), ("click", "link", "next"), ("click", "link", "previous"), ("click", "link", "The Python Tutorial")]),
+ ("web-py-search", P, "Search the documentation for zipimport", [("fill", "textbox", "Quick search", "zipimport"), ("click", "button", "Go"), ("click", "link", r"re:zipimport — .*"), "go_back()"]),
+ ("web-py-modindex", P, "Open the json module from the module index", [("click", "link", "modules"), ("click", "link", "json"), "scroll(0, 900)", ("click", "link", "modules")]),
+ ("web-py-howto", P, "Read the sorting HOWTO", [("click", "link", "Python HOWTOs"), ("click", "link", r"re:Sorting HOW ?TO"), ("click", "link", "next"), "go_back()", ("click", "link", "Python HOWTOs")]),
+ ("web-py-faq", P, "Look up the general FAQ", [("click", "link", "FAQs"), ("click", "link", "General Python FAQ"), "scroll(0, 600)", ("click", "link", "next"), ("click", "link", "previous")]),
+ ("web-py-missing", P, "Follow a broken link and recover", ["goto('/library/nosuchmodule.html')", "go_back()", ("click", "link", "Library Reference"), ("click", "link", "previous")]),
 ]
