@@ -96,5 +96,5 @@ def test_the_inventory_database_is_seeded(tmp_path: Path) -> None:
 def test_new_sites_are_known_projects() -> None:
     for project in SITES:
         assert (project_dir(project) / "site.json").is_file()
-    with pytest.raises(UsageError, match="known: .*pydocs, sqliteweb, useradmin"):
+    with pytest.raises(UsageError, match=r"known: .*pydocs, sqliteweb, useradmin"):
         project_dir("nope")
