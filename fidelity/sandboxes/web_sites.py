@@ -148,7 +148,13 @@ def _server_environment() -> dict[str, str]:
     env = {key: os.environ[key] for key in keep if key in os.environ}
     # the auditor's cache folder: sites that need a prepared database keep it there
     cache = str(cache_dir().parent)
-    return {**env, "LANG": "C.UTF-8", "TZ": "UTC", "HOME": tempfile.gettempdir(), "XDG_CACHE_HOME": cache}
+    return {
+        **env,
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
+        "HOME": tempfile.gettempdir(),
+        "XDG_CACHE_HOME": cache,
+    }
 
 
 # -- inside the server process ------------------------------------------------
