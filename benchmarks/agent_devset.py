@@ -39,6 +39,7 @@ from rapidfuzz import fuzz
 from fidelity.compare.calibration import Calibration, comparison_vector
 from fidelity.compare.calibration.devset_agents import SHARED, GroupedPair, agent_pairs, load_runs
 from fidelity.compare.calibration.fit import (
+    MAX_FALSE_ALARMS,
     UNCALIBRATED,
     Scored,
     f1_score,
@@ -72,13 +73,15 @@ def score(items: Sequence[GroupedPair], domain: str) -> list[Row]:
     return rows
 
 
-def cross_validate(rows: Sequence[Row], domain: str, seed: int) -> list[bool]:
+def cross_validate(
+    rows: Sequence[Row], domain: str, seed: int, max_false_alarms: float = MAX_FALSE_ALARMS
+) -> list[bool]:
     """Held-out verdicts: each group scored by a calibration fitted on the other groups."""
-    flagged = [False] * len(rows)
     groups = sorted({r.item.group for r in rows})
+    flagged = [False] * len(rows)
     for group in groups:
         train = [r.scored for r in rows if r.item.group != group]
-        calibration = fit_calibration(train, seed, domain)
+        calibration = fit_calibration(train, seed, domain, max_false_alarms)
         for i, r in enumerate(rows):
             if r.item.group == group:
                 flagged[i] = verdict(calibration, r)
@@ -110,7 +113,14 @@ def oracle(values: Sequence[float], labels: Sequence[int]) -> list[bool]:
     return [v >= best for v in values]
 
 
-def line(name: str, flagged: Sequence[bool], rows: Sequence[Row]) -> str:
+def line(
+    name: str,
+    flagged: Sequence[bool],
+    rows: Sequence[Row],
+    alarm_kinds: tuple[str, str] = ("second_run", "faithful"),
+    indent: str = "",
+) -> str:
+    """Precision, recall, F1 and the false alarms on pairs of each of *alarm_kinds*."""
     labels = [int(r.item.pair.drift) for r in rows]
     tp = sum(1 for f, y in zip(flagged, labels, strict=True) if f and y)
     fp = sum(1 for f, y in zip(flagged, labels, strict=True) if f and not y)
@@ -122,20 +132,32 @@ def line(name: str, flagged: Sequence[bool], rows: Sequence[Row]) -> str:
         return f"{sum(marks) / max(1, len(marks)):>10.2%}"
 
     return (
-        f"{name:<26} {precision:>9.4f} {recall:>7.4f} {f1_score(flagged, labels):>7.4f} "
-        f"{alarms('second_run')} {alarms('faithful')}"
+        f"{indent}{name:<26} {precision:>9.4f} {recall:>7.4f} {f1_score(flagged, labels):>7.4f} "
+        + " ".join(alarms(kind) for kind in alarm_kinds)
     )
 
 
-def entity_figures(rows: Sequence[Row]) -> str:
+def entity_figures(rows: Sequence[Row], indent: str = "") -> str:
+    """Invented-entity recall and hallucinations reported on faithful steps."""
     targets = [r for r in rows if injected_unshown(r.item.pair)]
     found = sum(detected(r.item.pair.injected or "", r.scored.hallucinations) for r in targets)
     faithful = [r for r in rows if not r.item.pair.drift]
     false = sum(bool(r.scored.hallucinations) for r in faithful)
     return (
-        f"invented-entity recall {found / max(1, len(targets)):.4f} ({found}/{len(targets)}); "
+        f"{indent}invented-entity recall {found / max(1, len(targets)):.4f} "
+        f"({found}/{len(targets)}); "
         f"hallucinations on faithful steps {false / max(1, len(faithful)):.2%} "
         f"({false}/{len(faithful)})"
+    )
+
+
+def flagged_per_kind(flagged: Sequence[bool], rows: Sequence[Row]) -> str:
+    """How many pairs of each kind (faithful, second run, each corruption) were flagged."""
+    per_kind: dict[str, list[bool]] = defaultdict(list)
+    for f, r in zip(flagged, rows, strict=True):
+        per_kind[r.item.pair.kind].append(f)
+    return "flagged per kind: " + ", ".join(
+        f"{k} {sum(v)}/{len(v)}" for k, v in sorted(per_kind.items())
     )
 
 
@@ -180,13 +202,7 @@ def main() -> None:
     for name, scorer in baselines:
         print(line(name + " (oracle)", oracle([scorer(r) for r in rows], labels), rows))
     print(entity_figures(rows))
-    per_kind: dict[str, list[bool]] = defaultdict(list)
-    for f, r in zip(flagged, rows, strict=True):
-        per_kind[r.item.pair.kind].append(f)
-    print(
-        "flagged per kind: "
-        + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(per_kind.items()))
-    )
+    print(flagged_per_kind(flagged, rows))
     if args.write:
         write(rows, args, f1_score(flagged, labels))
 

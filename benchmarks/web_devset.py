@@ -29,13 +29,20 @@ import argparse
 import json
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from agent_devset import difflib_gap, exact, oracle, rapidfuzz_gap
+from agent_devset import (
+    cross_validate,
+    difflib_gap,
+    entity_figures,
+    exact,
+    flagged_per_kind,
+    line,
+    oracle,
+    rapidfuzz_gap,
+)
 from compare_devset import DOMAINS, cached_replays
-from compare_quality import detected, injected_unshown
 
 from fidelity.batch import replay_suite
 from fidelity.compare.calibration import Calibration, comparison_vector
@@ -88,48 +95,8 @@ def score(items: Sequence[GroupedPair]) -> list[Row]:
     return rows
 
 
-def cross_validate(rows: Sequence[Row], seed: int, max_false_alarms: float) -> list[bool]:
-    """Held-out verdicts: each site scored by a calibration fitted on the other sites."""
-    flagged = [False] * len(rows)
-    for site in sorted({r.item.group for r in rows}):
-        train = [r.scored for r in rows if r.item.group != site]
-        calibration = fit_calibration(train, seed, "web", max_false_alarms)
-        for i, r in enumerate(rows):
-            if r.item.group == site:
-                flagged[i] = calibration.probability(r.scored.vector) >= calibration.cutoff
-    return flagged
-
-
-def line(name: str, flagged: Sequence[bool], rows: Sequence[Row]) -> str:
-    """Precision, recall, F1 and the false alarms on second-run and renumbered pairs."""
-    labels = [int(r.item.pair.drift) for r in rows]
-    tp = sum(1 for f, y in zip(flagged, labels, strict=True) if f and y)
-    fp = sum(1 for f, y in zip(flagged, labels, strict=True) if f and not y)
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / max(1, sum(labels))
-
-    def alarms(kind: str) -> str:
-        marks = [f for f, r in zip(flagged, rows, strict=True) if r.item.pair.kind == kind]
-        return f"{sum(marks) / max(1, len(marks)):>10.2%}"
-
-    return (
-        f"  {name:<26} {precision:>9.4f} {recall:>7.4f} {f1_score(flagged, labels):>7.4f} "
-        f"{alarms('faithful')} {alarms('volatile')}"
-    )
-
-
-def entity_figures(rows: Sequence[Row]) -> str:
-    """Invented-entity recall and hallucinations reported on faithful steps."""
-    targets = [r for r in rows if injected_unshown(r.item.pair)]
-    found = sum(detected(r.item.pair.injected or "", r.scored.hallucinations) for r in targets)
-    faithful = [r for r in rows if not r.item.pair.drift]
-    false = sum(bool(r.scored.hallucinations) for r in faithful)
-    return (
-        f"  invented-entity recall {found / max(1, len(targets)):.4f} ({found}/{len(targets)}); "
-        f"hallucinations on faithful steps {false / max(1, len(faithful)):.2%} "
-        f"({false}/{len(faithful)})"
-    )
-
+ALARM_KINDS = ("faithful", "volatile")
+"""False alarms are counted on second-run pairs and on renumbered pages."""
 
 BASELINES: list[tuple[str, Callable[[Row], float]]] = [
     ("difflib line ratio (oracle)", difflib_gap),
@@ -146,11 +113,11 @@ def report(title: str, flagged: Sequence[bool], rows: Sequence[Row]) -> None:
         f"{title}: {len(rows)} pairs ({sum(labels)} drifted); {differ}/{len(copies)} steps "
         "differ as text between the two real replays"
     )
-    print(line("fidelity (monotone, CV)", flagged, rows))
-    print(line("exact match", [exact(r) > 0 for r in rows], rows))
+    print(line("fidelity (monotone, CV)", flagged, rows, ALARM_KINDS, "  "))
+    print(line("exact match", [exact(r) > 0 for r in rows], rows, ALARM_KINDS, "  "))
     for name, scorer in BASELINES:
-        print(line(name, oracle([scorer(r) for r in rows], labels), rows))
-    print(entity_figures(rows))
+        print(line(name, oracle([scorer(r) for r in rows], labels), rows, ALARM_KINDS, "  "))
+    print(entity_figures(rows, "  "))
 
 
 def main() -> None:
@@ -182,18 +149,12 @@ def main() -> None:
         f"  {'method':<26} {'precision':>9} {'recall':>7} {'F1':>7} {'2nd-run FA':>10} "
         f"{'renum. FA':>10}"
     )
-    flagged = cross_validate(rows, args.seed, args.max_false_alarms)
+    flagged = cross_validate(rows, "web", args.seed, args.max_false_alarms)
     for site in sites:
         keep = [i for i, r in enumerate(rows) if r.item.group == site]
         report(f"held out {site}", [flagged[i] for i in keep], [rows[i] for i in keep])
     report("all sites", flagged, rows)
-    per_kind: dict[str, list[bool]] = defaultdict(list)
-    for f, r in zip(flagged, rows, strict=True):
-        per_kind[r.item.pair.kind].append(f)
-    print(
-        "flagged per kind: "
-        + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(per_kind.items()))
-    )
+    print(flagged_per_kind(flagged, rows))
     labels = [int(r.item.pair.drift) for r in rows]
     if args.write:
         write(rows, args, f1_score(flagged, labels), len(sites))
