@@ -105,6 +105,7 @@ BENCHMARK_ARGS: dict[str, list[str]] = {
     "simulate_concurrency.py": [],
     "store_writes.py": ["--steps", "20000", "--naive-steps", "1000"],
     "swe_pool.py": ["--runs", "2", "--rounds", "1", "--max-concurrency", "2"],
+    "web_devset.py": ["--cache", ".nox/benchmarks/replays"],  # two web replays, kept
 }
 BENCHMARK_MODULES = {"compare_devset.py", "replay_cli.py"}  # imported by the scripts, not run
 

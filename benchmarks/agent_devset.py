@@ -78,6 +78,8 @@ def cross_validate(
 ) -> list[bool]:
     """Held-out verdicts: each group scored by a calibration fitted on the other groups."""
     groups = sorted({r.item.group for r in rows})
+    if len(groups) < 2:
+        raise SystemExit(f"holding out by source needs two groups or more, got {groups}")
     flagged = [False] * len(rows)
     for group in groups:
         train = [r.scored for r in rows if r.item.group != group]
