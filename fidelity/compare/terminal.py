@@ -171,8 +171,7 @@ class TerminalComparator:
         """``entities(observation) & candidates``, extracting only lines with a candidate's key."""
         command = context.action.render()
         text = self.normalizer.cached(observation.text, command)[0]
-        held = lines_holding(text, {search_key(e) for e in candidates})
-        return extract(held, command) & candidates if held else set()
+        return entities_held(text, candidates, command)
 
     def _mismatches(
         self, score: float, exit_match: bool | None, real: Observation, sim: Observation
@@ -256,15 +255,15 @@ def exact_entity_diff(real: str, sim: str, command: str | None = None) -> Entity
     sim_only, real_only = sim_found - real_found, real_found - sim_found
     unshared = frozenset(real_only)
     if sim_only or real_only:
-        shared = entities_held(real_lines & sim_lines, sim_only | real_only, command)
+        shared = entities_held("\n".join(real_lines & sim_lines), sim_only | real_only, command)
         sim_only -= shared
         real_only -= shared
     return EntityDiff(frozenset(sim_only), frozenset(real_only), unshared)
 
 
-def entities_held(lines: Iterable[str], candidates: set[str], command: str | None) -> set[str]:
-    """The *candidates* that :func:`extract` finds in *lines* (only lines with a search key run)."""
-    held = lines_holding("\n".join(lines), {search_key(e) for e in candidates})
+def entities_held(text: str, candidates: set[str], command: str | None) -> set[str]:
+    """The *candidates* that :func:`extract` finds in *text* (only lines with a search key run)."""
+    held = lines_holding(text, {search_key(e) for e in candidates})
     return extract(held, command) & candidates if held else set()
 
 
