@@ -46,6 +46,7 @@ from pydantic import TypeAdapter
 from fidelity.compare.base import StepComparison
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.model import Action, Observation, Trajectory
+from fidelity.processes import alive
 
 DEFAULT_DB = "fidelity.duckdb"
 
@@ -404,17 +405,7 @@ def run_status(status: str, owner_pid: int | None, owner_host: str | None) -> st
     """
     if status != "running" or owner_pid is None or owner_host != socket.gethostname():
         return status
-    return status if _alive(owner_pid) else "dead"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by another user
-        return True
-    return True
+    return status if alive(owner_pid) else "dead"
 
 
 @dataclass

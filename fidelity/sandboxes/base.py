@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from types import TracebackType
 
 from fidelity.model import Action, EnvSpec, Observation
+from fidelity.processes import alive
 
 
 class Sandbox(ABC):
@@ -91,14 +92,4 @@ def dead_owner(pid: int, owner: int | None) -> bool:
     """
     if owner is not None:
         return pid == owner
-    return not (pid > 0 and (pid == os.getpid() or _alive(pid)))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return not (pid > 0 and (pid == os.getpid() or alive(pid)))

@@ -32,6 +32,7 @@ from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import Action, EnvSpec, McpServer, Observation, ToolAction
+from fidelity.processes import alive
 from fidelity.sandboxes import mcp_servers
 from fidelity.sandboxes.base import Sandbox, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
@@ -379,7 +380,7 @@ def sweep() -> int:
     removed = 0
     for pid, environ, _ in _marked_processes():
         owner = environ.get(OWNER_ENV, "")
-        if owner.isdigit() and not mcp_servers._alive(int(owner)):
+        if owner.isdigit() and not alive(int(owner)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 removed += 1

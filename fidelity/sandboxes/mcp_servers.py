@@ -26,6 +26,7 @@ from typing import Any
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import McpServer
+from fidelity.processes import alive
 from fidelity.resources import data_dir
 from fidelity.sandboxes.images import cache_dir
 
@@ -194,16 +195,6 @@ def stale_states() -> list[Path]:
             pid = int(marker.read_text().strip())
         except (OSError, ValueError):
             continue
-        if not _alive(pid):
+        if not alive(pid):
             found.append(marker.parent)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
