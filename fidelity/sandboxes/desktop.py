@@ -60,6 +60,20 @@ SHOWN_HOME = "/home/user"
 """The home folder as observations show it (the live one is a fresh temporary folder)."""
 
 
+def _interpreter_binds() -> list[str]:
+    """``--ro-bind`` arguments for this Python's folders that the action's fresh /tmp would hide.
+
+    Actions run ``sys.executable`` with pyautogui from its environment; a checkout
+    (and so its virtual environment) may well lie under /tmp.
+    """
+    folders = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    binds: list[str] = []
+    for folder in sorted(folders):
+        if Path(folder).resolve().is_relative_to("/tmp"):
+            binds += ["--ro-bind", folder, folder]
+    return binds
+
+
 class DesktopApp(BaseModel):
     """One application of a desktop project, started in list order."""
 
@@ -357,7 +371,7 @@ class DesktopSandbox(Sandbox):
         home = str(root / "home")
         argv = [
             "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--bind", socket, socket, "--bind", home, home,
+            "--tmpfs", "/tmp", *_interpreter_binds(), "--bind", socket, socket, "--bind", home, home,
             "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "DISPLAY", self._display, "--setenv", "HOME", home,
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", self.config.locale,

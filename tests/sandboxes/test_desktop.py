@@ -25,6 +25,7 @@ from fidelity.sandboxes.desktop import (
     SHOWN_HOME,
     DesktopConfig,
     DesktopSandbox,
+    _interpreter_binds,
     pids_with_token,
 )
 from fidelity.sandboxes.desktop_tree import HEADER, linearize, parse_table, parse_xml, rows
@@ -357,3 +358,15 @@ def test_sweep_removes_folders_of_dead_audits(tmp_path: Path) -> None:
     (alive / "owner.pid").write_text(str(os.getpid()))
     assert sweep(str(tmp_path)) >= 1
     assert not stale.exists() and alive.exists()
+
+
+def test_an_interpreter_under_tmp_stays_visible_to_actions(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Actions get a fresh /tmp; a checkout's virtual environment under /tmp is bound back."""
+    venv = Path("/tmp") / tmp_path.name / "venv"
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    binds = _interpreter_binds()
+    assert ("--ro-bind", str(venv), str(venv)) in zip(binds[::3], binds[1::3], binds[2::3], strict=True)
+    monkeypatch.setattr(sys, "prefix", "/usr")
+    assert "/usr" not in _interpreter_binds()
