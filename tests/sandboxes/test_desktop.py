@@ -367,6 +367,8 @@ def test_an_interpreter_under_tmp_stays_visible_to_actions(
     venv = Path("/tmp") / tmp_path.name / "venv"
     monkeypatch.setattr(sys, "prefix", str(venv))
     binds = _interpreter_binds()
-    assert ("--ro-bind", str(venv), str(venv)) in zip(binds[::3], binds[1::3], binds[2::3], strict=True)
+    assert ("--ro-bind", str(venv), str(venv)) in zip(
+        binds[::3], binds[1::3], binds[2::3], strict=True
+    )
     monkeypatch.setattr(sys, "prefix", "/usr")
     assert "/usr" not in _interpreter_binds()
