@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 from compare_samples import OUTPUTS, Run
 
@@ -264,3 +267,41 @@ def test_line_memo_stays_off_for_custom_rules_after_the_built_ins() -> None:
     normalizer = Normalizer([*DEFAULT_RULES, late])
     assert not normalizer._line_passes
     assert normalizer("x\na\nb\n") == ("x\n<AB>\n", {"late": 1})
+
+
+def test_guards_never_change_a_result() -> None:
+    """A rule's guard only skips texts the rule cannot match: no guard, same text and counts."""
+    texts = [text for _, text, _ in MUST_REWRITE] + list(MUST_KEEP)
+    for builder_seed in range(3):
+        run = Run(builder_seed)
+        texts += [build(run) for _, build in OUTPUTS.values()]
+    # the spellings a guard lists, and near misses of each, next to what the rule rewrites
+    texts += [
+        f"{word} {sep} 4242"
+        for word in ("pid", "PiD", "pID", "Process", "proc", "PROCESS")
+        for sep in (":", "=", "#", "")
+    ]
+    texts += [
+        f"http://{host}:8080/x"
+        for host in (
+            "localhost",
+            "127.0.0.1",
+            "0.0.0.0",
+            "[::]",
+            "[::1]",
+            "LOCALHOST",
+            "example.com",
+        )
+    ]
+    unguarded = tuple(dataclasses.replace(rule, guard=()) for rule in DEFAULT_RULES)
+    assert any(rule.guard for rule in DEFAULT_RULES)
+    plain, guarded = Normalizer(unguarded, line_memo=False), Normalizer(line_memo=False)
+    for text in texts:
+        assert guarded(text) == plain(text), text
+    for rule in DEFAULT_RULES:  # every match holds one of the guard's literals
+        if rule.guard:
+            regex = re.compile(rule.regex, rule.flags)
+            for text in texts:
+                for match in regex.finditer(text):
+                    line = text[text.rfind("\n", 0, match.start()) + 1 : match.end() + 1]
+                    assert any(g in line for g in rule.guard), (rule.name, line)
