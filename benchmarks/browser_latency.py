@@ -16,6 +16,8 @@ import argparse
 import statistics
 import time
 
+from replay_cli import print_replay
+
 from fidelity.model import Trajectory
 from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
@@ -90,6 +92,7 @@ def main() -> None:
         f"{sleep_settle / dom_settle:.1f}x shorter); observations that differ: "
         f"{differ} of {len(dom['texts'])}"  # type: ignore[arg-type]
     )
+    print_replay(default_suite("web"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,10 @@ import argparse
 import statistics
 import time
 
+from replay_cli import print_replay
+
 from fidelity.model import CodeAction, EnvSpec
+from fidelity.resources import default_suite
 from fidelity.sandboxes.desktop import DesktopSandbox
 
 ACTIONS = {
@@ -70,6 +73,7 @@ def main() -> None:
             f"{m['dump']:5.2f}  {m['reads']:5.1f}  {m['step']:5.2f}  {m['floor']:10.2f}  "
             f"{m['step'] / m['floor']:10.1f}"
         )
+    print_replay(default_suite("os"))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from replay_cli import print_replay
+
 from fidelity import pipeline
 from fidelity.errors import SandboxUnavailableError
 from fidelity.model import EnvSpec, Trajectory
@@ -111,6 +113,7 @@ def main() -> int:
             f"  {workers:2d} sandboxes  {per_s:6.2f} trajectories/s  {steps_s:7.1f} steps/s  "
             f"(x{per_s / base:4.2f})"
         )
+    print_replay(default_suite("swe"))
     return 0
 
 
