@@ -54,7 +54,7 @@ from fidelity.errors import InputFormatError, UsageError
 from fidelity.executors import ExecutorConfig, get_executor
 from fidelity.formats.dataset import lines as dataset_lines
 from fidelity.formats.dataset import shards as dataset_shards
-from fidelity.formats.jsonl import confine_paths
+from fidelity.formats.jsonl import PathConfiner, confine_paths
 from fidelity.gate import Policy, Verdict, evaluate, horizon_limit
 from fidelity.model import Trajectory
 from fidelity.sandboxes import backend_for, sandbox_config
@@ -209,16 +209,21 @@ def scan_dataset(
     prompts: set[str] = set()
     modes: set[str] = set()
     read = 0
+    confiners: dict[int, PathConfiner] = {}
     for position, line in enumerate(dataset_lines(source)):
         trajectory = line.parse()
-        where = f"{line.path}:{line.number}"
         _require_observations(trajectory, str(line.path), line.number)
-        confine_paths([(line.number, trajectory)], line.path, allowed_roots)
+        confiner = confiners.get(line.shard)
+        if confiner is None:  # one per shard: its folder and the roots resolved once
+            confiners.clear()
+            confiner = confiners[line.shard] = PathConfiner(line.path, allowed_roots)
+        confiner.confine(trajectory, line.number)
         ids.add(trajectory.id)
         domains.add(trajectory.domain.value)
         if len(domains) > 1:
             raise UsageError(
-                f"{where}: mixed domains ({', '.join(sorted(domains))}); use one domain per dataset"
+                f"{line.path}:{line.number}: mixed domains ({', '.join(sorted(domains))}); "
+                "use one domain per dataset"
             )
         sampler.add(position, trajectory.domain.value, len(trajectory.steps))
         described = _world_model(trajectory)

@@ -73,7 +73,8 @@ def lines(source: str | os.PathLike[str]) -> Iterator[Line]:
         with _open_text(path) as handle:
             try:
                 for number, text in enumerate(handle, start=1):
-                    if text.strip() and not text.lstrip().startswith("//"):
+                    # a line starting "{" (nearly all) is kept without copying it to strip it
+                    if text[:1] == "{" or (text.strip() and not text.lstrip().startswith("//")):
                         yield Line(index, path, number, text)
             except UnicodeDecodeError as exc:
                 raise InputFormatError(

@@ -97,31 +97,59 @@ def confine_paths(
     ``allowed_roots=None`` resolves without confining: only for callers that never
     read the files (simulation shows the world model no file).
     """
-    base = Path(path).resolve().parent
-    roots = (
-        [Path("/")]
-        if allowed_roots is None
-        else [base, *(Path(root).resolve() for root in allowed_roots)]
-    )
-    return [
-        trajectory.model_copy(
-            update={"env": _confined_env(trajectory.env, base, roots, str(path), number)}
+    confiner = PathConfiner(path, allowed_roots)
+    return [confiner.confine(trajectory, number) for number, trajectory in numbered]
+
+
+class PathConfiner:
+    """:func:`confine_paths` for the trajectories of one file, one at a time.
+
+    The file's folder and the allowed roots are resolved once, and each distinct
+    path is resolved and checked once (a dataset's trajectories mostly share
+    their workdir and setup files); a refused path is checked again every time.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        allowed_roots: Sequence[str | os.PathLike[str]] | None = (),
+    ) -> None:
+        self.path = str(path)
+        self.base = Path(path).resolve().parent
+        self.roots = (
+            [Path("/")]
+            if allowed_roots is None
+            else [self.base, *(Path(root).resolve() for root in allowed_roots)]
         )
-        for number, trajectory in numbered
-    ]
+        self._resolved: dict[tuple[str, bool], Path] = {}
 
+    def confine(self, trajectory: Trajectory, line: int) -> Trajectory:
+        """*trajectory* with its env paths resolved (itself when it names none)."""
+        env = trajectory.env
+        if env.workdir is None and not any(entry.startswith("@") for entry in env.setup):
+            return trajectory
+        return trajectory.model_copy(update={"env": self._env(env, line)})
 
-def _confined_env(env: EnvSpec, base: Path, roots: list[Path], path: str, line: int) -> EnvSpec:
-    workdir = env.workdir
-    if workdir is not None:
-        workdir = str(_confined(workdir, base, roots, path, line, "env.workdir", dir_wanted=True))
-    setup = [
-        "@" + str(_confined(entry[1:], base, roots, path, line, f"env.setup[{index}]"))
-        if entry.startswith("@")
-        else entry
-        for index, entry in enumerate(env.setup)
-    ]
-    return env.model_copy(update={"workdir": workdir, "setup": setup})
+    def _env(self, env: EnvSpec, line: int) -> EnvSpec:
+        workdir = env.workdir
+        if workdir is not None:
+            workdir = str(self._confined(workdir, line, "env.workdir", dir_wanted=True))
+        setup = [
+            "@" + str(self._confined(entry[1:], line, f"env.setup[{index}]"))
+            if entry.startswith("@")
+            else entry
+            for index, entry in enumerate(env.setup)
+        ]
+        return env.model_copy(update={"workdir": workdir, "setup": setup})
+
+    def _confined(self, raw: str, line: int, field: str, dir_wanted: bool = False) -> Path:
+        key = (raw, dir_wanted)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolved[key] = _confined(
+                raw, self.base, self.roots, self.path, line, field, dir_wanted
+            )
+        return found
 
 
 def _confined(

@@ -133,3 +133,37 @@ def test_raw_line_separators_written_by_others_are_read(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(line + "\n", encoding="utf-8")
     assert read_trajectories(path)[0].steps[0].observation.text == "x\u2028y"  # type: ignore[union-attr]
+
+
+def test_path_confiner_resolves_each_path_once_and_leaves_pathless_trajectories_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fidelity.formats import jsonl
+    from fidelity.model import EnvSpec
+
+    (tmp_path / "work").mkdir()
+    (tmp_path / "setup.sh").write_text("true\n")
+    dataset = tmp_path / "d.jsonl"
+    calls: list[str] = []
+    resolve = jsonl._confined
+
+    def counted(raw: str, *args: object, **kwargs: object) -> Path:
+        calls.append(raw)
+        return resolve(raw, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jsonl, "_confined", counted)
+    confiner = jsonl.PathConfiner(dataset)
+    env = EnvSpec(workdir="work", setup=["@setup.sh", "echo hi"])
+    one = command_trajectory("t", "ls")
+    with_paths = [one.model_copy(update={"id": f"t{i}", "env": env}) for i in range(3)]
+    confined = [confiner.confine(t, i + 1) for i, t in enumerate(with_paths)]
+    assert sorted(calls) == ["setup.sh", "work"]  # once each, not once per trajectory
+    assert {c.env.workdir for c in confined} == {str(tmp_path / "work")}
+    assert {tuple(c.env.setup) for c in confined} == {(f"@{tmp_path / 'setup.sh'}", "echo hi")}
+    plain = one.model_copy(update={"env": EnvSpec(setup=["ls"])})
+    assert confiner.confine(plain, 9) is plain
+    # a refused path is refused every time, naming its own line
+    hostile = one.model_copy(update={"env": EnvSpec(workdir="/etc")})
+    for line in (4, 5):
+        with pytest.raises(InputFormatError, match=rf"d.jsonl:{line}: env.workdir: '/etc'"):
+            confiner.confine(hostile, line)
