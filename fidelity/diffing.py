@@ -15,8 +15,7 @@ from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.formats.jsonl import parse_line, read_trajectories
 from fidelity.model import Observation, Trajectory, stable_hash
-from fidelity.worldmodels.base import Mode
-from fidelity.worldmodels.prompting import EVALUATED_TURN
+from fidelity.worldmodels.base import EVALUATED_TURN, Mode
 
 
 class DiffRow(BaseModel):

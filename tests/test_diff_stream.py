@@ -150,3 +150,40 @@ def test_cli_jsonl_prints_the_recorded_rows(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["diff", str(real), str(sim), "--format", "jsonl"])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == GOLDEN.read_text().splitlines()
+
+
+def test_cli_diff_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """``fidelity diff`` starts lean: no DuckDB, numpy, sandbox registry, prompts or other domains.
+
+    Run in a fresh interpreter (this one has imported everything); the rows must
+    still be the recorded ones, so the check cannot pass on a diff that did nothing.
+    """
+    import subprocess
+    import sys
+
+    real, sim = recordings(tmp_path)
+    modules = tmp_path / "modules.txt"
+    script = (
+        "import sys\n"
+        "from fidelity.cli import app\n"
+        f"app(['diff', {str(real)!r}, {str(sim)!r}, '--format', 'jsonl'], standalone_mode=False)\n"
+        f"open({str(modules)!r}, 'w').write('\\n'.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines() == GOLDEN.read_text().splitlines()
+    loaded = set(modules.read_text().split())
+    assert "fidelity.compare.terminal" in loaded
+    heavy = {
+        "duckdb",
+        "numpy",
+        "pandas",
+        "jinja2",
+        "fidelity.store",
+        "fidelity.sandboxes",
+        "fidelity.worldmodels.prompting",
+        "fidelity.compare.osworld",
+        "fidelity.compare.search",
+    }
+    assert sorted(heavy & loaded) == []
