@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fidelity.compare import CompareConfig, get_comparator
+from fidelity.compare import CompareConfig, comparator_factory, get_comparator
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.consistency import EntitySource, check_consistency
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
@@ -175,7 +175,7 @@ def check_comparable(domain: Domain | str) -> Domain:
     except ValueError:
         known = ", ".join(d.value for d in Domain)
         raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from None
-    get_comparator(value.value)
+    comparator_factory(value.value)  # raises for a domain without one; builds nothing
     return value
 
 

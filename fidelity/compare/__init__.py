@@ -48,6 +48,7 @@ __all__ = [
     "SweComparator",
     "TerminalComparator",
     "WebComparator",
+    "comparator_factory",
     "get_comparator",
     "load_compare_config",
     "register_comparator",
@@ -104,9 +105,14 @@ def get_comparator(domain: str, config: CompareConfig | None = None) -> Comparat
     Raises :class:`~fidelity.errors.UnknownDomainError` (one line, listing the
     supported domains) for an unknown domain or one without a comparator yet.
     """
+    return comparator_factory(domain)(config or CompareConfig())
+
+
+def comparator_factory(domain: str) -> Factory:
+    """What builds *domain*'s comparators; :func:`get_comparator`'s error when there is none."""
     factory = _FACTORIES.get(str(domain))
     if factory is not None:
-        return factory(config or CompareConfig())
+        return factory
     known = {d.value for d in Domain}
     what = "has no comparator yet" if str(domain) in known else "is not a known domain"
     raise UnknownDomainError(
