@@ -187,3 +187,29 @@ def test_cli_diff_imports_only_what_it_uses(tmp_path: Path) -> None:
         "fidelity.compare.search",
     }
     assert sorted(heavy & loaded) == []
+
+
+def test_unstyled_json_output_is_what_rich_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """``diff --format json`` writes JSON itself when nothing is styled: rich's bytes exactly."""
+    import io
+
+    from rich.console import Console
+
+    from fidelity import cli
+
+    data = {
+        "rows": [
+            {
+                "text": 'a\u2028b\x7fc\x85d 😀 漢字 e\u0301 \u200b \u05d0 [bold]x[/] :smile: \\ " \t\n\r\x00\x1b',
+                "numbers": [1e-7, 0.1, 1e300, float("nan"), float("inf"), -0.0, 2**100],
+                "empty": [[], {}, None, True],
+                "long": "x" * 5000 + " y" * 3000,
+            }
+        ],
+        "only_sim": ["z"],
+    }
+    text = json.dumps(data)
+    expected = io.StringIO()
+    Console(file=expected, highlight=False, soft_wrap=True).print_json(text)
+    cli._print_json(text)
+    assert capsys.readouterr().out == expected.getvalue()
