@@ -20,6 +20,12 @@ first: a streaming diff's peak RSS should barely move. Last, the marginal rate
 of each way between the two sizes (process start and imports cancelled out).
 
     python benchmarks/diff_throughput.py [--trajectories 200] [--depth 10] [--scale 4]
+
+``--parts`` instead prints where the time of one diff goes: the CPU of
+``fidelity diff`` on one trajectory (start-up: imports, option parsing), then,
+in this process on the first size, microseconds per step of reading and pairing
+both files, of the comparison (``pipeline.compare``: comparator and consistency
+check), of building the rows around it, and of writing them as JSONL.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -86,6 +94,82 @@ def timed(command: list[str]) -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
+def startup_cpu(folder: Path, depth: int, seed: int) -> float:
+    """Least CPU seconds of three ``fidelity diff --format jsonl`` runs on one trajectory."""
+    real, sim, _ = write_files(folder, 1, depth, seed)
+    command = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "--format", "jsonl"]
+    return min(timed(command)[0] for _ in range(3))
+
+
+def per_step(steps: int, work: Callable[[], object], repeats: int = 3) -> float:
+    """Least CPU microseconds per step of *work* over *repeats* runs."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        work()
+        best = min(best, time.process_time() - started)
+    return best / steps * 1e6
+
+
+def parts(trajectories: int, depth: int, seed: int) -> None:
+    """Print the start-up CPU of ``fidelity diff`` and the per-step cost of each of its parts."""
+    from fidelity import pipeline
+    from fidelity.diffing import DiffStream, diff_trajectories
+
+    with tempfile.TemporaryDirectory() as folder:
+        print(f"start-up (1 trajectory): {startup_cpu(Path(folder), depth, seed):.2f} s CPU")
+    with tempfile.TemporaryDirectory() as folder:
+        real, sim, _ = write_files(Path(folder), trajectories, depth, seed)
+        steps = trajectories * depth
+        pairs = list(DiffStream(real, sim).pairs())
+        sides = [
+            (r, [s.observation for s in r.steps], [s.observation for s in m.steps])
+            for r, m in pairs
+        ]
+        shown = [pipeline.shown_history(r, a, b, None) for r, a, b in sides]
+
+        def compare() -> None:
+            for (trajectory, a, b), history in zip(sides, shown, strict=True):
+                pipeline.compare(trajectory, a, b, history)  # type: ignore[arg-type]
+
+        done = {
+            t.id: pipeline.compare(t, a, b, h)  # type: ignore[arg-type]
+            for (t, a, b), h in zip(sides, shown, strict=True)
+        }
+        real_compare = pipeline.compare
+
+        def rows() -> None:
+            """diff_trajectories with the comparison already made: the work around it."""
+            pipeline.compare = lambda trajectory, *_: done[trajectory.id]  # type: ignore[assignment]
+            try:
+                for r, m in pairs:
+                    diff_trajectories(r, m, str(real), str(sim))
+            finally:
+                pipeline.compare = real_compare
+
+        built = [row for r, m in pairs for row in diff_trajectories(r, m, str(real), str(sim))]
+        with open(os.devnull, "w") as sink:
+            timings = {
+                "read, parse, pair both files": per_step(
+                    steps, lambda: list(DiffStream(real, sim).pairs())
+                ),
+                "compare (pipeline.compare)": per_step(steps, compare),
+                "rows around the comparison": per_step(steps, rows),
+                "write rows as JSONL": per_step(
+                    steps, lambda: [sink.write(row.model_dump_json() + "\n") for row in built]
+                ),
+                "all (stream to /dev/null)": per_step(
+                    steps,
+                    lambda: [
+                        sink.write(row.model_dump_json() + "\n") for row in DiffStream(real, sim)
+                    ],
+                ),
+            }
+    print(f"{steps:,} steps, CPU microseconds per step (least of 3):")
+    for label, micros in timings.items():
+        print(f"  {label:>30}: {micros:7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=200)
@@ -93,9 +177,15 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=4, help="the second size, in first sizes")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--naive", nargs=2, metavar=("REAL", "SIM"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--parts", action="store_true", help="print where the time goes (start-up, parts per step)"
+    )
     args = parser.parse_args()
     if args.naive:
         naive(*args.naive)
+        return
+    if args.parts:
+        parts(args.trajectories, args.depth, args.seed)
         return
     cpus: dict[str, list[tuple[int, float]]] = {}
     for trajectories in (args.trajectories, args.trajectories * args.scale):

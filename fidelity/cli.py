@@ -19,8 +19,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from typer.core import TyperGroup
 
 from fidelity.errors import (
@@ -631,7 +629,7 @@ def diff(
         return
     result = diff_files(real, sim, load_compare_config(compare_config))
     if fmt == "json":
-        out.print_json(result.model_dump_json())
+        _print_json(result.model_dump_json())
     else:
         _render_diff(result)
 
@@ -911,6 +909,8 @@ def judge(
 @app.command()
 def runs(db: DbOption = Path("fidelity.duckdb"), as_json: JsonOption = False) -> None:
     """List stored runs, newest first; a run whose owner process died shows as ``dead``."""
+    from rich.table import Table
+
     from fidelity.store import Store
 
     with Store(db, read_only=True) as store:
@@ -985,6 +985,8 @@ def sandbox_sweep(
 
 
 def _render_audit(result: Any) -> None:
+    from rich.table import Table
+
     totals = result.summary.totals
     if result.world_model_notice:
         err.print(f"[yellow]note:[/] {result.world_model_notice}")
@@ -1062,6 +1064,8 @@ def _render_manifest(manifest: Any) -> None:
 
 
 def _render_drift(result: Any) -> None:
+    from rich.table import Table
+
     out.print(
         f"baseline {result.baseline.run_id} → current {result.current.run_id}: "
         f"{result.regressions} regression(s), {result.improvements} improvement(s)"
@@ -1121,7 +1125,22 @@ def _render_sim_figures(result: Any) -> None:
         )
 
 
+def _print_json(text: str) -> None:
+    """``out.print_json(text)``: indented JSON; written directly, the same bytes, when unstyled.
+
+    Rich highlights the text and renders it line by line (20 s and 1 GB for the
+    rows of a 10,000-step diff); with no terminal and no colour there is nothing
+    to style, and its output is ``json.dumps(..., indent=2, ensure_ascii=False)``.
+    """
+    if out.is_terminal or out.color_system is not None:
+        out.print_json(text)
+        return
+    sys.stdout.write(json.dumps(json.loads(text), indent=2, ensure_ascii=False) + "\n")
+
+
 def _render_diff(result: Any) -> None:
+    from rich.table import Table
+
     table = Table("trajectory", "step", "score", "drift", "why")
     for row in result.rows:
         why = "; ".join(row.reasons)
@@ -1156,6 +1175,14 @@ def _progress(
     if quiet or not err.is_terminal:
         yield lambda phase, n: None
         return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     labels = labels or {"real": "real replay", "sim": "simulation", "compare": "compared"}
     with Progress(
         TextColumn("{task.description:>12}"),

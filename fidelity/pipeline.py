@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fidelity.compare import CompareConfig, get_comparator
+from fidelity.compare import CompareConfig, comparator_factory, get_comparator
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.consistency import EntitySource, check_consistency
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
 from fidelity.formats.jsonl import confine_paths, read_numbered
 from fidelity.model import Domain, Observation, Step, Trajectory
-from fidelity.sandboxes import backend_for
-from fidelity.sandboxes.base import Sandbox
-from fidelity.sandboxes.config import SandboxConfigBase
-from fidelity.store import TimedObservation
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import (
     BaselineConfig,
@@ -29,6 +24,13 @@ from fidelity.worldmodels.config import (
     RecordedConfig,
     WorldModelConfig,
 )
+
+if TYPE_CHECKING:  # the sandboxes and the store (DuckDB) load when a replay needs them,
+    import asyncio  # so that ``fidelity diff`` (compare only) starts quickly
+
+    from fidelity.sandboxes.base import Sandbox
+    from fidelity.sandboxes.config import SandboxConfigBase
+    from fidelity.store import TimedObservation
 
 
 class SimConfig(BaseModel):
@@ -154,6 +156,8 @@ def check_domain(domain: Domain | str, backend: str | None = None) -> Domain:
     except ValueError:
         known = ", ".join(d.value for d in Domain)
         raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from None
+    from fidelity.sandboxes import backend_for
+
     if backend is None:
         try:
             backend_for(value.value, None)
@@ -171,7 +175,7 @@ def check_comparable(domain: Domain | str) -> Domain:
     except ValueError:
         known = ", ".join(d.value for d in Domain)
         raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from None
-    get_comparator(value.value)
+    comparator_factory(value.value)  # raises for a domain without one; builds nothing
     return value
 
 
@@ -205,6 +209,8 @@ def replay(
 def _run_steps(
     sandbox: Sandbox, trajectory: Trajectory, step_timeout: float
 ) -> list[TimedObservation]:
+    from fidelity.store import TimedObservation
+
     observations = []
     for step in trajectory.steps:
         started = time.perf_counter()
@@ -231,6 +237,8 @@ def replay_or_fail(
 
 def failed_replay(trajectory: Trajectory, error: str) -> Replayed:
     """Every step of *trajectory* failed with *error* (its sandbox or its worker died)."""
+    from fidelity.store import TimedObservation
+
     failed = Observation(error=error)
     return Replayed(None, [TimedObservation(failed) for _ in trajectory.steps], error)
 
@@ -281,6 +289,8 @@ async def simulate(
             _timed_predict(model, trajectory, history[: depth - 1], depth, limiter, sample)
             for depth in range(1, len(trajectory.steps) + 1)
         ]
+        import asyncio
+
         return list(await asyncio.gather(*tasks))
     own: list[Step] = []
     results: list[TimedObservation] = []
@@ -299,6 +309,8 @@ async def _timed_predict(
     limiter: asyncio.Semaphore,
     sample: int = 0,
 ) -> TimedObservation:
+    from fidelity.store import TimedObservation
+
     async with limiter:
         started = time.perf_counter()
         action = trajectory.steps[depth - 1].action

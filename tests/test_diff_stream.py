@@ -150,3 +150,66 @@ def test_cli_jsonl_prints_the_recorded_rows(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["diff", str(real), str(sim), "--format", "jsonl"])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == GOLDEN.read_text().splitlines()
+
+
+def test_cli_diff_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """``fidelity diff`` starts lean: no DuckDB, numpy, sandbox registry, prompts or other domains.
+
+    Run in a fresh interpreter (this one has imported everything); the rows must
+    still be the recorded ones, so the check cannot pass on a diff that did nothing.
+    """
+    import subprocess
+    import sys
+
+    real, sim = recordings(tmp_path)
+    modules = tmp_path / "modules.txt"
+    script = (
+        "import sys\n"
+        "from fidelity.cli import app\n"
+        f"app(['diff', {str(real)!r}, {str(sim)!r}, '--format', 'jsonl'], standalone_mode=False)\n"
+        f"open({str(modules)!r}, 'w').write('\\n'.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines() == GOLDEN.read_text().splitlines()
+    loaded = set(modules.read_text().split())
+    assert "fidelity.compare.terminal" in loaded
+    heavy = {
+        "duckdb",
+        "numpy",
+        "pandas",
+        "jinja2",
+        "fidelity.store",
+        "fidelity.sandboxes",
+        "fidelity.worldmodels.prompting",
+        "fidelity.compare.osworld",
+        "fidelity.compare.search",
+    }
+    assert sorted(heavy & loaded) == []
+
+
+def test_unstyled_json_output_is_what_rich_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """``diff --format json`` writes JSON itself when nothing is styled: rich's bytes exactly."""
+    import io
+
+    from rich.console import Console
+
+    from fidelity import cli
+
+    data = {
+        "rows": [
+            {
+                "text": 'a\u2028b\x7fc\x85d 😀 漢字 e\u0301 \u200b \u05d0 [bold]x[/] :smile: \\ " \t\n\r\x00\x1b',
+                "numbers": [1e-7, 0.1, 1e300, float("nan"), float("inf"), -0.0, 2**100],
+                "empty": [[], {}, None, True],
+                "long": "x" * 5000 + " y" * 3000,
+            }
+        ],
+        "only_sim": ["z"],
+    }
+    text = json.dumps(data)
+    expected = io.StringIO()
+    Console(file=expected, highlight=False, soft_wrap=True).print_json(text)
+    cli._print_json(text)
+    assert capsys.readouterr().out == expected.getvalue()

@@ -5,20 +5,36 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from fidelity.compare.android import AndroidComparator
 from fidelity.compare.base import Comparator, CompareContext, StepComparison
 from fidelity.compare.config import CompareConfig, load_compare_config
-from fidelity.compare.desktop import OsComparator
-from fidelity.compare.jsondata import JsonComparator
-from fidelity.compare.osworld import OsWorldComparator
-from fidelity.compare.search import SearchComparator
-from fidelity.compare.swe import SweComparator
-from fidelity.compare.terminal import TerminalComparator
-from fidelity.compare.web import WebComparator
 from fidelity.errors import UnknownDomainError
 from fidelity.model import Domain
+
+if TYPE_CHECKING:
+    from fidelity.compare.android import AndroidComparator
+    from fidelity.compare.desktop import OsComparator
+    from fidelity.compare.jsondata import JsonComparator
+    from fidelity.compare.search import SearchComparator
+    from fidelity.compare.swe import SweComparator
+    from fidelity.compare.terminal import TerminalComparator
+    from fidelity.compare.web import WebComparator
+
+#: The comparator classes, imported on first use: a command comparing one domain
+#: never imports the others (the os comparator pulls in the sandbox registry).
+_LAZY = {
+    "AndroidComparator": "android",
+    "JsonComparator": "jsondata",
+    "OsComparator": "desktop",
+    "OsWorldComparator": "osworld",
+    "SearchComparator": "search",
+    "SweComparator": "swe",
+    "TerminalComparator": "terminal",
+    "WebComparator": "web",
+}
 
 __all__ = [
     "AndroidComparator",
@@ -32,6 +48,7 @@ __all__ = [
     "SweComparator",
     "TerminalComparator",
     "WebComparator",
+    "comparator_factory",
     "get_comparator",
     "load_compare_config",
     "register_comparator",
@@ -41,15 +58,35 @@ __all__ = [
 Factory = Callable[[CompareConfig], Comparator]
 """Builds a comparator from the user's compare settings."""
 
+
+def _lazy(name: str) -> Factory:
+    """A factory building *name* (a key of :data:`_LAZY`), imported when first called."""
+
+    def factory(config: CompareConfig) -> Comparator:
+        comparator: Comparator = (globals().get(name) or __getattr__(name))(config=config)
+        return comparator
+
+    return factory
+
+
 _FACTORIES: dict[str, Factory] = {
-    "terminal": lambda config: TerminalComparator(config=config),
-    "swe": lambda config: SweComparator(config=config),
-    "web": lambda config: WebComparator(config=config),
-    "android": lambda config: AndroidComparator(config=config),
-    "mcp": lambda config: JsonComparator(config=config),
-    "search": lambda config: SearchComparator(config=config),
-    "os": lambda config: OsWorldComparator(config=config),
+    "terminal": _lazy("TerminalComparator"),
+    "swe": _lazy("SweComparator"),
+    "web": _lazy("WebComparator"),
+    "android": _lazy("AndroidComparator"),
+    "mcp": _lazy("JsonComparator"),
+    "search": _lazy("SearchComparator"),
+    "os": _lazy("OsWorldComparator"),
 }
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next look-up is a plain attribute
+    return value
 
 
 def register_comparator(domain: str, factory: Factory) -> None:
@@ -68,9 +105,14 @@ def get_comparator(domain: str, config: CompareConfig | None = None) -> Comparat
     Raises :class:`~fidelity.errors.UnknownDomainError` (one line, listing the
     supported domains) for an unknown domain or one without a comparator yet.
     """
+    return comparator_factory(domain)(config or CompareConfig())
+
+
+def comparator_factory(domain: str) -> Factory:
+    """What builds *domain*'s comparators; :func:`get_comparator`'s error when there is none."""
     factory = _FACTORIES.get(str(domain))
     if factory is not None:
-        return factory(config or CompareConfig())
+        return factory
     known = {d.value for d in Domain}
     what = "has no comparator yet" if str(domain) in known else "is not a known domain"
     raise UnknownDomainError(

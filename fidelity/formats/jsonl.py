@@ -62,7 +62,21 @@ def read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, Trajectory]]:
 
 
 def parse_line(line: str, path: str, number: int) -> Trajectory:
-    """Validate one JSONL line; errors name ``path:number`` and the first bad field."""
+    """Validate one JSONL line; errors name ``path:number`` and the first bad field.
+
+    A valid line is parsed and validated in one pass by pydantic (in Rust, about
+    twice as fast as ``json.loads`` then validation). Any line that pass refuses
+    goes through :func:`_parse_checked`, which names the error as before or, for
+    JSON only Python's parser takes (a lone surrogate), returns the trajectory.
+    """
+    try:
+        return Trajectory.model_validate_json(line)
+    except ValidationError:
+        return _parse_checked(line, path, number)
+
+
+def _parse_checked(line: str, path: str, number: int) -> Trajectory:
+    """:func:`parse_line` through ``json.loads`` and ``model_validate``: the exact error."""
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:

@@ -17,6 +17,10 @@ class Mode(StrEnum):
     open_loop = "open-loop"  # its own earlier predictions (compounding drift)
 
 
+#: The ``meta`` key of a simulated recording that predicted only this 1-based turn.
+EVALUATED_TURN = "evaluated_turn"
+
+
 class WorldModel(ABC):
     """Predicts the observation that follows an action.
 

@@ -47,6 +47,7 @@ from fidelity.model import (
     Trajectory,
 )
 from fidelity.resources import data_dir
+from fidelity.worldmodels import base
 
 #: What the sandbox looks like to the agent (shown to the model in the system prompt).
 SANDBOX_CWD = "/workspace"
@@ -80,8 +81,10 @@ Message = dict[str, str]
 AWB_META = "agentworldbench"
 #: The ``meta`` key holding a trajectory's task instruction (shown on turn 1).
 TASK_META = "task_instruction"
-#: The ``meta`` key of a simulated recording that predicted only this 1-based turn.
-EVALUATED_TURN = "evaluated_turn"
+#: The ``meta`` key of a simulated recording that predicted only this 1-based turn
+#: (defined next to :class:`~fidelity.worldmodels.base.Mode`: ``fidelity diff`` reads it
+#: without loading the prompt templates).
+EVALUATED_TURN = base.EVALUATED_TURN
 #: A shell prompt at the start of a screen line: ``user@host:/path$ `` or ``…# ``.
 _SHELL_PROMPT = re.compile(r"\A[\w.-]+@[\w.-]+:[^\n$#]*[$#] ?")
 
