@@ -87,9 +87,11 @@ class _Entities:
 
     def real_only(self, index: int) -> set[str]:
         """``entities(real) - entities(sim)`` at step *index*."""
+        real, sim = self.sides["real"][index], self.sides["sim"][index]
         if self.narrow is not None:
-            real, sim = self.sides["real"][index], self.sides["sim"][index]
             return self.narrow.entity_difference(real, sim, self.contexts[index])
+        if real == sim:  # a faithful step: nothing to extract
+            return set()
         return self.every("real", index) - self.every("sim", index)
 
     def among(self, side: str, index: int, candidates: set[str]) -> set[str]:

@@ -265,13 +265,27 @@ def exact_entity_diff(real: str, sim: str, command: str | None = None) -> Entity
     return EntityDiff(frozenset(sim_only), frozenset(real_only), unshared, real_own, sim_own)
 
 
-def entities_held(text: str, candidates: Set[str], command: str | None) -> set[str]:
-    """The *candidates* that :func:`extract` finds in *text* (only lines with a search key run)."""
+def entities_held(
+    text: str, candidates: Set[str], command: str | None, chunk: int = 1024
+) -> set[str]:
+    """The *candidates* that :func:`extract` finds in *text* (only lines with a search key run).
+
+    Extraction is line-local, so when many lines hold a key (a short number
+    like ``1``) the first *chunk* characters of them are extracted first and
+    the rest only for the candidates still missing (in chunks twice as long).
+    """
     if not candidates:
         return set()
     keys, numbers = _search_keys(candidates)
     held = lines_holding(text, keys, numbers)
-    return extract_among(held, candidates, command) if held else set()
+    cut = held.find("\n", chunk)
+    if cut == -1:
+        return extract_among(held, candidates, command) if held else set()
+    found = extract_among(held[:cut], candidates, command)
+    pending = candidates - found
+    if pending:
+        found |= entities_held(held[cut + 1 :], pending, command, 2 * chunk)
+    return found
 
 
 def _search_keys(candidates: Iterable[str]) -> tuple[set[str], set[str]]:

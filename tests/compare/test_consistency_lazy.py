@@ -163,6 +163,7 @@ def test_entities_held_equals_extracting_everything(runs: list[Trajectory]) -> N
         candidates = set(rng.sample(pool, min(len(pool), 8)))
         expected = everything & candidates
         assert entities_held(text, candidates, command) == expected
+        assert entities_held(text, candidates, command, chunk=64) == expected  # many chunks
         assert extract_among(text, candidates, command) == expected
         numbers += sum(e.startswith("number:") for e in candidates)
         held_numbers += sum(e.startswith("number:") for e in expected)
