@@ -424,17 +424,24 @@ def shown_entities(
     A candidate counts as shown when the shown text yields the same entity,
     or, for files and paths, when its base name appears there as a word.
     """
-    keys = {e: search_key(e) for e in candidates}
+    unshown: dict[str, list[str]] = {}  # search key -> the candidates not shown yet
+    for entity in candidates:
+        unshown.setdefault(search_key(entity), []).append(entity)
     shown: set[str] = set()
     for text, command in context_texts(context):
-        pending = {e: k for e, k in keys.items() if e not in shown and k in text}
+        pending = {e: k for k in unshown if k in text for e in unshown[k]}
         if not pending:
             continue
         normalized, _ = normalizer.cached(text, command)
         lines = lines_holding(normalized, *_split_keys(pending.items()))
         found = extract_among(lines, set(pending), command) if lines else set()
-        shown.update(e for e in pending if e in found or _name_mentioned(e, lines))
-        if len(shown) == len(candidates):
+        for entity, key in pending.items():
+            if entity in found or _name_mentioned(entity, lines):
+                shown.add(entity)
+                unshown[key].remove(entity)
+                if not unshown[key]:
+                    del unshown[key]
+        if not unshown:
             break
     return shown
 
