@@ -23,7 +23,7 @@ environment showed once and has since changed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.entities import kind_of
@@ -82,14 +82,16 @@ class _Entities:
     ) -> None:
         self.source, self.contexts = source, contexts
         self.sides = {"real": real, "sim": sim}
-        self.narrow = source if isinstance(source, LineLocalEntitySource) else None
+        self.narrow = _narrow(source)
         self._all: dict[tuple[str, int], set[str]] = {}
 
     def real_only(self, index: int) -> set[str]:
         """``entities(real) - entities(sim)`` at step *index*."""
+        real, sim = self.sides["real"][index], self.sides["sim"][index]
         if self.narrow is not None:
-            real, sim = self.sides["real"][index], self.sides["sim"][index]
             return self.narrow.entity_difference(real, sim, self.contexts[index])
+        if real == sim:  # a faithful step: nothing to extract
+            return set()
         return self.every("real", index) - self.every("sim", index)
 
     def among(self, side: str, index: int, candidates: set[str]) -> set[str]:
@@ -107,6 +109,19 @@ class _Entities:
         if key not in self._all:
             self._all[key] = self.source.entities(self.sides[side][index], self.contexts[index])
         return self._all[key]
+
+
+_LINE_LOCAL_METHODS = ("entities", "entity_difference", "entities_among")
+
+
+def _narrow(source: EntitySource) -> LineLocalEntitySource | None:
+    """*source* when it is a :class:`LineLocalEntitySource`, else None.
+
+    A class that defines every method passes without the (slow) protocol check.
+    """
+    if all(callable(getattr(type(source), name, None)) for name in _LINE_LOCAL_METHODS):
+        return cast(LineLocalEntitySource, source)
+    return source if isinstance(source, LineLocalEntitySource) else None
 
 
 class _FirstSeen:
@@ -184,6 +199,8 @@ def _propagated(
     comparison: StepComparison, invented: dict[str, int], seen_in_real: set[str]
 ) -> StepComparison:
     """*comparison* with repeated inventions moved from ``stale`` to ``hallucinations``."""
+    if not comparison.stale:
+        return comparison
     repeated = sorted(e for e in comparison.stale if e in invented and e not in seen_in_real)
     if not repeated:
         return comparison

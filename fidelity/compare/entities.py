@@ -33,7 +33,7 @@ cross-turn consistency check).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 from fidelity.compare.commands import printing_program
 
@@ -134,6 +134,10 @@ _ENTITY_RE = re.compile(
 )
 # Marker group number - 1 -> kind.
 _KIND_OF_GROUP = tuple(kind for kind, _ in _ALTERNATIVES)
+# ``match.lastindex`` -> ``kind:`` prefix (group 0 is never a marker).
+_PREFIX = ("", *(kind + ":" for kind in _KIND_OF_GROUP))
+_PACKAGE_GROUP = _KIND_OF_GROUP.index("package") + 1
+_CODE_KINDS = frozenset({"ident", "import", "nodeid"})
 if _ENTITY_RE.groups != len(_KIND_OF_GROUP):  # an alternative with a capturing group
     raise RuntimeError("entity alternatives must not use capturing groups")
 
@@ -170,16 +174,41 @@ def extract(text: str, command: str | None = None) -> set[str]:
     listing-aware extraction: with ``ls`` every listed name is a ``file:``
     entity, likewise for ``git status`` and ``tree`` output.
     """
-    found = {_entity(m) for m in _ENTITY_RE.finditer(text)}
-    found.update("errmsg:" + m for m in _error_messages(text))
-    program = printing_program(command) if command else None
-    if program is not None:
-        lister = _LISTERS.get(program)
-        if lister is not None:
-            found.update("file:" + name for name in lister(text))
-    if "──" in text or "--" in text:  # every tree marker holds one of these
-        found.update("file:" + name for name in _tree_names(text))
-    found.update(code_entities(text))
+    return _extract(text, command, None)
+
+
+def extract_among(text: str, candidates: Set[str], command: str | None = None) -> set[str]:
+    """``extract(text, command) & candidates``, running only the passes that yield their kinds."""
+    if not candidates:
+        return set()
+    return _extract(text, command, {kind_of(e) for e in candidates}).intersection(candidates)
+
+
+def _extract(text: str, command: str | None, kinds: Set[str] | None) -> set[str]:
+    """:func:`extract`, limited to the passes that can yield one of *kinds* (all when None).
+
+    The result may hold other kinds too (callers intersect with what they ask).
+    """
+    found: set[str] = set()
+    if kinds is None or not kinds.isdisjoint(_KIND_OF_GROUP):
+        found = {
+            _package(m[0])
+            if (group := m.lastindex or 1) == _PACKAGE_GROUP
+            else _PREFIX[group] + m[0]
+            for m in _ENTITY_RE.finditer(text)
+        }
+    if kinds is None or "errmsg" in kinds:
+        found.update("errmsg:" + m for m in _error_messages(text))
+    if kinds is None or "file" in kinds:
+        program = printing_program(command) if command else None
+        if program is not None:
+            lister = _LISTERS.get(program)
+            if lister is not None:
+                found.update("file:" + name for name in lister(text))
+        if "──" in text or "--" in text:  # every tree marker holds one of these
+            found.update("file:" + name for name in _tree_names(text))
+    if kinds is None or not kinds.isdisjoint(_CODE_KINDS):
+        found.update(code_entities(text))
     return found
 
 
@@ -206,12 +235,11 @@ def code_entities(text: str) -> set[str]:
     return found
 
 
-def _entity(match: re.Match[str]) -> str:
-    kind = _KIND_OF_GROUP[(match.lastindex or 1) - 1]
-    value = match.group()
-    if kind == "package" and "==" not in value and "@" not in value:
+def _package(value: str) -> str:
+    """``package:`` and *value*, a dash before the version written ``==``."""
+    if "==" not in value and "@" not in value:
         value = _PACKAGE_DASH_RE.sub("==", value, count=1)
-    return f"{kind}:{value}"
+    return "package:" + value
 
 
 def _clean_name(name: str) -> str:

@@ -77,9 +77,12 @@ _UNITTEST_STATUS = {
 def pass_fail_map(text: str) -> dict[str, str]:
     """The pass/fail map of a test run: test id → PASSED/FAILED/ERROR/SKIPPED/XFAIL/XPASS."""
     outcomes: dict[str, str] = {}
-    for match in _PYTEST_RE.finditer(text):
-        name, status = (match[1], match[2]) if match[1] else (match[4], match[3])
-        outcomes[name] = status
+    if "::" in text:  # every pytest outcome names a node id
+        for match in _PYTEST_RE.finditer(text):
+            name, status = (match[1], match[2]) if match[1] else (match[4], match[3])
+            outcomes[name] = status
+    if " ... " not in text:  # every unittest outcome follows one
+        return outcomes
     for match in _UNITTEST_RE.finditer(text):
         where = match[2] if match[2].endswith(match[1]) else f"{match[2]}.{match[1]}"
         outcomes[where] = _UNITTEST_STATUS[match[3]]

@@ -41,7 +41,7 @@ from rapidfuzz.process import extractOne
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration import Calibration, features, load_calibration
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.entities import extract, kind_of
+from fidelity.compare.entities import extract, extract_among, kind_of
 from fidelity.compare.normalize import (
     DEFAULT_RULES,
     GIT_ID_RULE,
@@ -223,8 +223,7 @@ def entity_diff(real: str, sim: str, command: str | None = None) -> tuple[set[st
     if real == sim:
         return set(), set()
     diff = exact_entity_diff(real, sim, command)
-    real_lines, sim_lines = set(real.split("\n")), set(sim.split("\n"))
-    dropped = dropped_lines(real_lines - sim_lines, sim_lines - real_lines, diff.unshared, command)
+    dropped = dropped_lines(diff.real_lines, diff.sim_lines, diff.unshared, command)
     return set(diff.sim_only), set(diff.real_only) | dropped
 
 
@@ -237,6 +236,10 @@ class EntityDiff(NamedTuple):
     """``E(real) - E(sim)``."""
     unshared: frozenset[str]
     """Entities of real's own lines that sim's own lines lack (a superset of ``real_only``)."""
+    real_lines: frozenset[str] = frozenset()
+    """The lines of real that sim lacks."""
+    sim_lines: frozenset[str] = frozenset()
+    """The lines of sim that real lacks."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -250,28 +253,67 @@ def exact_entity_diff(real: str, sim: str, command: str | None = None) -> Entity
     if real == sim:
         return EntityDiff(frozenset(), frozenset(), frozenset())
     real_lines, sim_lines = set(real.split("\n")), set(sim.split("\n"))
-    real_found = extract("\n".join(real_lines - sim_lines), command)
-    sim_found = extract("\n".join(sim_lines - real_lines), command)
+    real_own, sim_own = frozenset(real_lines - sim_lines), frozenset(sim_lines - real_lines)
+    real_found = extract("\n".join(real_own), command) if real_own else set()
+    sim_found = extract("\n".join(sim_own), command) if sim_own else set()
     sim_only, real_only = sim_found - real_found, real_found - sim_found
     unshared = frozenset(real_only)
     if sim_only or real_only:
         shared = entities_held("\n".join(real_lines & sim_lines), sim_only | real_only, command)
         sim_only -= shared
         real_only -= shared
-    return EntityDiff(frozenset(sim_only), frozenset(real_only), unshared)
+    return EntityDiff(frozenset(sim_only), frozenset(real_only), unshared, real_own, sim_own)
 
 
-def entities_held(text: str, candidates: set[str], command: str | None) -> set[str]:
-    """The *candidates* that :func:`extract` finds in *text* (only lines with a search key run)."""
-    held = lines_holding(text, {search_key(e) for e in candidates})
-    return extract(held, command) & candidates if held else set()
+def entities_held(
+    text: str, candidates: Set[str], command: str | None, chunk: int = 1024
+) -> set[str]:
+    """The *candidates* that :func:`extract` finds in *text* (only lines with a search key run).
+
+    Extraction is line-local, so when many lines hold a key (a short number
+    like ``1``) the first *chunk* characters of them are extracted first and
+    the rest only for the candidates still missing (in chunks twice as long).
+    """
+    if not candidates:
+        return set()
+    keys, numbers = _search_keys(candidates)
+    held = lines_holding(text, keys, numbers)
+    cut = held.find("\n", chunk)
+    if cut == -1:
+        return extract_among(held, candidates, command) if held else set()
+    found = extract_among(held[:cut], candidates, command)
+    pending = candidates - found
+    if pending:
+        found |= entities_held(held[cut + 1 :], pending, command, 2 * chunk)
+    return found
 
 
-def lines_holding(text: str, keys: Iterable[str]) -> str:
+def _search_keys(candidates: Iterable[str]) -> tuple[set[str], set[str]]:
+    """``(keys, number keys)``: the :func:`search_key` of *candidates*, numbers apart."""
+    return _split_keys((e, search_key(e)) for e in candidates)
+
+
+def _split_keys(keyed: Iterable[tuple[str, str]]) -> tuple[set[str], set[str]]:
+    """``(keys, number keys)`` of ``(entity, key)`` pairs (see :func:`lines_holding`).
+
+    A ``number:`` entity's key is its whole value, which a text holds only as
+    a standalone number.
+    """
+    keys: set[str] = set()
+    numbers: set[str] = set()
+    for entity, key in keyed:
+        (numbers if entity.startswith("number:") else keys).add(key)
+    return keys, numbers - keys
+
+
+def lines_holding(text: str, keys: Iterable[str], numbers: Iterable[str] = ()) -> str:
     """The lines of *text* that contain one of *keys*, in order, joined by line breaks.
 
     Each key is found with ``str.find`` (so a key absent from the text costs
-    one scan and lines are never tested one by one).
+    one scan and lines are never tested one by one). A key of *numbers*
+    counts only where :func:`extract` could find it as a ``number:`` entity:
+    not right after a word character, ``.`` or ``,``, nor right before a word
+    character or a ``.`` and a word character.
     """
     keys = set(keys)
     if "" in keys:  # the empty key is in every line
@@ -285,7 +327,30 @@ def lines_holding(text: str, keys: Iterable[str]) -> str:
             end = len(text) if end == -1 else end
             spans.add((start, end))
             at = text.find(key, end)
+    for key in numbers:
+        at = text.find(key)
+        while at != -1:
+            if not _standalone(text, at, at + len(key)):
+                at = text.find(key, at + 1)
+                continue
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end == -1 else end
+            spans.add((start, end))
+            at = text.find(key, end)
     return "\n".join(text[start:end] for start, end in sorted(spans))
+
+
+def _standalone(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` could be a whole match of the ``number`` entity."""
+    before, after = text[start - 1 : start] if start else "", text[end : end + 1]
+    if before and (before.isalnum() or before in "_.,"):
+        return False
+    if after.isalnum() or after == "_":
+        return False
+    return not (
+        after == "." and (text[end + 1 : end + 2].isalnum() or text[end + 1 : end + 2] == "_")
+    )
 
 
 DROPPED_MIN_CHARS = 12
@@ -301,7 +366,7 @@ _WORD_RE = re.compile(r"[A-Za-z]{2}")
 
 
 def dropped_lines(
-    real_only: set[str], sim_only: set[str], named: Set[str], command: str | None
+    real_only: Set[str], sim_only: Set[str], named: Set[str], command: str | None
 ) -> set[str]:
     """``line:<text>`` omissions: non-trivial real lines sim dropped without naming anything.
 
@@ -327,7 +392,7 @@ def dropped_lines(
             is not None
         ):
             continue
-        if extract(line, command) & named:
+        if named and extract_among(line, named, command):
             continue
         found.add("line:" + line.strip()[:120])
     return found
@@ -359,17 +424,24 @@ def shown_entities(
     A candidate counts as shown when the shown text yields the same entity,
     or, for files and paths, when its base name appears there as a word.
     """
-    keys = {e: search_key(e) for e in candidates}
+    unshown: dict[str, list[str]] = {}  # search key -> the candidates not shown yet
+    for entity in candidates:
+        unshown.setdefault(search_key(entity), []).append(entity)
     shown: set[str] = set()
     for text, command in context_texts(context):
-        pending = {e: k for e, k in keys.items() if e not in shown and k in text}
+        pending = {e: k for k in unshown if k in text for e in unshown[k]}
         if not pending:
             continue
         normalized, _ = normalizer.cached(text, command)
-        lines = lines_holding(normalized, set(pending.values()))
-        found = extract(lines, command)
-        shown.update(e for e in pending if e in found or _name_mentioned(e, lines))
-        if len(shown) == len(candidates):
+        lines = lines_holding(normalized, *_split_keys(pending.items()))
+        found = extract_among(lines, set(pending), command) if lines else set()
+        for entity, key in pending.items():
+            if entity in found or _name_mentioned(entity, lines):
+                shown.add(entity)
+                unshown[key].remove(entity)
+                if not unshown[key]:
+                    del unshown[key]
+        if not unshown:
             break
     return shown
 

@@ -25,7 +25,8 @@ from fidelity.compare.consistency import (
     check_consistency,
     stateful,
 )
-from fidelity.compare.terminal import lines_holding
+from fidelity.compare.entities import extract, extract_among
+from fidelity.compare.terminal import entities_held, lines_holding
 from fidelity.model import Observation, Trajectory
 from tests.conftest import unavailable
 
@@ -143,3 +144,42 @@ def test_lazy_check_equals_the_eager_reference(runs: list[Trajectory], domain: s
 def test_lines_holding_equals_the_line_by_line_filter(text: str, keys: set[str]) -> None:
     expected = "\n".join(line for line in text.split("\n") if any(k in line for k in keys))
     assert lines_holding(text, keys) == expected
+
+
+def test_entities_held_equals_extracting_everything(runs: list[Trajectory]) -> None:
+    """Line prefilters (numbers only where standalone) and skipped passes lose no candidate."""
+    rng = random.Random(5)
+    texts = [
+        (s.observation.text[:20_000], s.action.render())
+        for trajectory in runs
+        for s in trajectory.steps
+        if s.observation is not None and s.observation.text
+    ]
+    numbers = held_numbers = 0
+    for text, command in texts:
+        everything = extract(text, command)
+        other = extract(rng.choice(texts)[0], command)  # entities this text may lack
+        pool = sorted(everything | other) or ["number:1"]
+        candidates = set(rng.sample(pool, min(len(pool), 8)))
+        expected = everything & candidates
+        assert entities_held(text, candidates, command) == expected
+        assert entities_held(text, candidates, command, chunk=64) == expected  # many chunks
+        assert extract_among(text, candidates, command) == expected
+        numbers += sum(e.startswith("number:") for e in candidates)
+        held_numbers += sum(e.startswith("number:") for e in expected)
+    assert held_numbers > 50 and numbers > held_numbers  # both outcomes were exercised
+
+
+@pytest.mark.parametrize(
+    ("text", "number", "held"),
+    [
+        ("a 17 b\nx170\n17.5\n1,17\nv17\n(17)\n17.x\n17_\n-17", "17", "a 17 b\n(17)\n-17"),
+        ("4.0K\n14.0K dir\n4.0Ks", "4.0K", "4.0K"),
+        ("12%\nx12%", "12%", "12%"),
+    ],
+)
+def test_lines_holding_finds_numbers_only_where_standalone(
+    text: str, number: str, held: str
+) -> None:
+    assert lines_holding(text, set(), {number}) == held
+    assert {f"number:{number}"} & extract(text) == ({f"number:{number}"} if held else set())
