@@ -31,8 +31,9 @@ import functools
 import json
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -338,6 +339,15 @@ class RecordBuffer:
     thousands of steps amortise it; the step bound keeps a batch of long
     trajectories small in memory). A killed process loses at most the unflushed
     batch, which a resumed run redoes.
+
+    A full batch's rows are built on the caller's thread, then go to a writer thread
+    (one write at a time, in order) that inserts and commits them while the caller
+    goes on with the next batch: DuckDB releases the GIL for most of an
+    insert and all of a commit. ``background=False`` writes on the caller's thread.
+    A write that failed raises its error (the same :class:`StoreError`) from the
+    next :meth:`add` that hands over a batch, or from :meth:`flush`; :meth:`flush`
+    and :meth:`close` return once every record is stored and readable, with no
+    writer thread left. :meth:`Store.close` flushes the store's buffers first.
     """
 
     def __init__(
@@ -347,6 +357,7 @@ class RecordBuffer:
         size: int = 1024,
         seconds: float = 1.0,
         steps: int = 10_000,
+        background: bool = True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -356,10 +367,19 @@ class RecordBuffer:
         self.pending: list[TrajectoryRecord] = []
         self.pending_steps = 0
         self.written = 0
+        """Records stored (their write committed)."""
         self._last = time.monotonic()
+        self._writer = _Writer() if background else None
+        store._buffers.append(self)
+
+    def __enter__(self) -> RecordBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def add(self, record: TrajectoryRecord) -> None:
-        """Queue *record*; writes the batch when it is full or old enough."""
+        """Queue *record*; hands the batch over to be written when it is full or old enough."""
         self.pending.append(record)
         self.pending_steps += len(record.trajectory.steps)
         if (
@@ -367,15 +387,85 @@ class RecordBuffer:
             or self.pending_steps >= self.steps
             or time.monotonic() - self._last >= self.seconds
         ):
-            self.flush()
+            self._hand_over()
 
     def flush(self) -> None:
-        """Write every queued record now (in one transaction)."""
-        batch, self.pending, self.pending_steps = self.pending, [], 0
+        """Store every queued record now, and wait until all of them are stored."""
+        self._hand_over()
+        if self._writer is not None:
+            self.written += self._writer.wait()
+
+    def close(self) -> None:
+        """Flush (the buffer can still be used afterwards; nothing runs in the background)."""
+        self.flush()
+
+    def _hand_over(self) -> None:
+        """Build the queued records' rows, then give them to the writer once the previous
+        write ended. The queue is emptied only then: an error of the previous write, or a
+        Ctrl-C while building or waiting, leaves every queued record queued (and no rows of
+        a half-built record anywhere)."""
+        records = self.pending
         self._last = time.monotonic()
-        if batch:
-            self.store.write_trajectories(self.run_id, batch)
-            self.written += len(batch)
+        if not records and self._writer is None:
+            return
+        rows, now = _Batch(), _now()
+        for record in records:
+            rows.add_record(record, now)
+        if self._writer is not None:
+            self.written += self._writer.wait()
+        if records:
+            ids = [record.trajectory.id for record in records]
+            store, run_id = self.store, self.run_id
+            if self._writer is None:
+                store.write_rows(run_id, ids, rows)
+                self.written += len(ids)
+            else:
+                self._writer.start(len(ids), lambda: store.write_rows(run_id, ids, rows))
+        # emptied once handed over: an interrupt just before writes a batch twice at worst,
+        # which replaces its rows (a write deletes a trajectory's rows before inserting them)
+        self.pending, self.pending_steps = [], 0
+
+
+class _Writer:
+    """Runs one write at a time on a thread of its own; :meth:`wait` joins it and raises its
+    error. A new thread per write (a few tens of microseconds against a write's tens of
+    milliseconds): nothing lingers between writes, so no thread outlives a flush."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._count = 0
+        self._error: BaseException | None = None
+
+    def start(self, count: int, write: Callable[[], None]) -> None:
+        """Run *write* (of *count* records) in the background; the previous one has ended."""
+        if self._thread is not None:
+            raise RuntimeError("a store write is still in flight")  # a bug: wait() first
+        thread = threading.Thread(target=self._run, args=(write,), name="fidelity-store-writer")
+        self._thread, self._count = thread, count
+        thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as exc:  # handed to the caller by wait()
+            self._error = exc
+
+    def wait(self) -> int:
+        """Wait for the write in flight (if any); its record count, or its error raised.
+
+        A Ctrl-C while waiting leaves the write running to its commit; the next wait
+        (the caller's ``finally: flush()``) joins it again.
+        """
+        thread = self._thread
+        if thread is None:
+            return 0
+        thread.join()
+        self._thread = None
+        count, self._count = self._count, 0
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return count
 
 
 @dataclass
@@ -438,6 +528,7 @@ class Store:
                     "or a new file name)"
                 ) from None
             raise StoreError(f"{self.path}: cannot open database ({_first_line(exc)})") from None
+        self._buffers: list[RecordBuffer] = []
         if not read_only:
             with self._writing("create the schema in"):
                 self.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
@@ -450,8 +541,14 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (flushes the write-ahead log)."""
-        self.connection.close()
+        """Store what every :class:`RecordBuffer` of this store still holds (waiting for its
+        writer), then close the connection (flushes the write-ahead log)."""
+        buffers, self._buffers = self._buffers, []
+        try:
+            for buffer in buffers:
+                buffer.flush()
+        finally:
+            self.connection.close()
 
     def _migrate(self) -> None:
         """Create the version-1 tables if missing, then apply every migration not yet applied,
@@ -719,22 +816,33 @@ class Store:
         now = _now()
         for record in records:
             batch.add_record(record, now)
-        ids = [record.trajectory.id for record in records]
-        with self._writing("write to"), self.transaction() as tx:
-            stored = tx.execute(
-                "SELECT trajectory_id FROM trajectories WHERE run_id = ? "
-                "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
-                [run_id, ids],
-            ).fetchall()
-            if stored:
-                again = [row[0] for row in stored]
-                for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
-                    tx.execute(
-                        f"DELETE FROM {table} WHERE run_id = ? "
-                        "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [run_id, again],
-                    )
-            batch.insert(tx, run_id)
+        self.write_rows(run_id, [record.trajectory.id for record in records], batch)
+
+    def write_rows(self, run_id: str, ids: list[str], batch: _Batch) -> None:
+        """Store the rows of trajectories *ids* held by *batch*, in one transaction (replacing
+        rows they had before). Safe from another thread than the one using
+        :attr:`connection`: it writes through a cursor of its own."""
+        with self._writing("write to"), self.connection.cursor() as cursor:
+            cursor.begin()
+            try:
+                stored = cursor.execute(
+                    "SELECT trajectory_id FROM trajectories WHERE run_id = ? "
+                    "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
+                    [run_id, ids],
+                ).fetchall()
+                if stored:
+                    again = [row[0] for row in stored]
+                    for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
+                        cursor.execute(
+                            f"DELETE FROM {table} WHERE run_id = ? "
+                            "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [run_id, again],
+                        )
+                batch.insert(cursor, run_id)
+            except BaseException:
+                cursor.rollback()
+                raise
+            cursor.commit()
 
     def write_judgments(
         self, run_id: str, judge: dict[str, str], records: Sequence[JudgmentRecord]
@@ -946,13 +1054,14 @@ def _insert_columns(
     names = [*constants, *columns]
     selected = [*("?" for _ in constants), *(_DECODE.get(name, name) for name in columns)]
     tx.register(view, {name: _array(cells) for name, cells in columns.items()})
-    try:
-        tx.execute(
-            f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selected)} FROM {view}",
-            list(constants.values()),
-        )
-    finally:
-        tx.unregister(view)
+    tx.execute(
+        f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selected)} FROM {view}",
+        list(constants.values()),
+    )
+    # only after a success: in a transaction a failed insert aborted, unregistering fails too
+    # and would hide the insert's own error; a view left behind is replaced by the next
+    # register of its name, or goes with the connection
+    tx.unregister(view)
 
 
 _LISTS = ("hallucinations", "omissions", "stale", "reasons")
