@@ -178,8 +178,12 @@ def floor_way(path: Path, batch: list[TrajectoryRecord]) -> None:
     )
 
 
-def timed(way: str, function: Callable[[Path, list[TrajectoryRecord]], None],
-          chosen: list[TrajectoryRecord], path: Path) -> tuple[float, float]:
+def timed(
+    way: str,
+    function: Callable[[Path, list[TrajectoryRecord]], None],
+    chosen: list[TrajectoryRecord],
+    path: Path,
+) -> tuple[float, float]:
     """Run one way into a fresh *path*; print and return its wall and CPU steps per second."""
     path.unlink(missing_ok=True)
     started, cpu = time.perf_counter(), time.process_time()

@@ -447,7 +447,7 @@ class _Writer:
     def _run(self, write: Callable[[], None]) -> None:
         try:
             write()
-        except BaseException as exc:  # handed to the caller by wait()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller by wait()
             self._error = exc
 
     def wait(self) -> int:
