@@ -56,6 +56,13 @@ CHECKPOINT_THRESHOLD = "64MB"
 16 MB, checkpoints bulk writes every few batches, each time recompressing the table's
 last, growing row group; 64 MB holds at most that much of uncompressed rows in memory)."""
 
+WRITER_THREADS = 1
+"""DuckDB threads of a writable store. A bulk insert scans the rows' Python strings, which
+needs the GIL: a second DuckDB thread only contends for it with the thread building the
+next batch (measured by ``benchmarks/store_writes.py`` on 2 cores: 20,200 steps per CPU
+second with one thread, 16,200 with two, and faster in wall time). Read-only stores
+(reports, analysis) keep DuckDB's default, one thread per core."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 CREATE TABLE IF NOT EXISTS runs (
@@ -532,6 +539,7 @@ class Store:
         if not read_only:
             with self._writing("create the schema in"):
                 self.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+                self.connection.execute(f"SET threads = {WRITER_THREADS}")
                 self._migrate()
 
     def __enter__(self) -> Store:
