@@ -427,7 +427,8 @@ class RecordBuffer:
                 store.write_rows(run_id, ids, rows)
                 self.written += len(ids)
             else:
-                self._writer.start(len(ids), lambda: store.write_rows(run_id, ids, rows))
+                cursor = store.connection.cursor()  # made here: the writer thread only uses it
+                self._writer.start(len(ids), lambda: store.write_rows(run_id, ids, rows, cursor))
         # emptied once handed over: an interrupt just before writes a batch twice at worst,
         # which replaces its rows (a write deletes a trajectory's rows before inserting them)
         self.pending, self.pending_steps = [], 0
@@ -826,11 +827,20 @@ class Store:
             batch.add_record(record, now)
         self.write_rows(run_id, [record.trajectory.id for record in records], batch)
 
-    def write_rows(self, run_id: str, ids: list[str], batch: _Batch) -> None:
+    def write_rows(
+        self,
+        run_id: str,
+        ids: list[str],
+        batch: _Batch,
+        cursor: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
         """Store the rows of trajectories *ids* held by *batch*, in one transaction (replacing
-        rows they had before). Safe from another thread than the one using
-        :attr:`connection`: it writes through a cursor of its own."""
-        with self._writing("write to"), self.connection.cursor() as cursor:
+        rows they had before), through *cursor* (a cursor of :attr:`connection`, closed
+        afterwards; a new one when None): another thread than the one using
+        :attr:`connection` can run it."""
+        if cursor is None:
+            cursor = self.connection.cursor()
+        with self._writing("write to"), cursor:
             cursor.begin()
             try:
                 stored = cursor.execute(

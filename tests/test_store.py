@@ -288,9 +288,9 @@ def test_batches_are_written_on_a_writer_thread_and_flush_waits_for_them(
     writers: list[str] = []
     write_rows = Store.write_rows
 
-    def spy(self: Store, run_id: str, ids: list[str], batch: Any) -> None:
+    def spy(self: Store, *args: Any) -> None:
         writers.append(threading.current_thread().name)
-        write_rows(self, run_id, ids, batch)
+        write_rows(self, *args)
 
     monkeypatch.setattr(Store, "write_rows", spy)
     with Store(db_path) as store:
