@@ -9,8 +9,10 @@ The store owns its schema: :data:`_SCHEMA` is version 1 as first shipped, and
 :data:`MIGRATIONS` upgrade a file in place, one numbered step at a time (the
 version is kept in ``meta.schema_version``); a file newer than this code is
 refused. Rows are written by column name, in bulk (per batch of trajectories,
-one insert per table scanning NumPy columns), and read back through the query
-functions of :mod:`fidelity.store_queries`, the only other module that holds SQL.
+one insert per table scanning NumPy columns; :class:`RecordBuffer` inserts and
+commits a batch on a writer thread while its caller builds the next one), and
+read back through the query functions of :mod:`fidelity.store_queries`, the only
+other module that holds SQL.
 
 Since version 4 only ``trajectories`` (one row per trajectory) has a primary key:
 ``steps``, ``observations`` and ``comparisons`` stay unique because every writer
