@@ -9,8 +9,8 @@ The store owns its schema: :data:`_SCHEMA` is version 1 as first shipped, and
 :data:`MIGRATIONS` upgrade a file in place, one numbered step at a time (the
 version is kept in ``meta.schema_version``); a file newer than this code is
 refused. Rows are written by column name, in bulk (per batch of trajectories,
-one insert per table scanning NumPy columns; :class:`RecordBuffer` inserts and
-commits a batch on a writer thread while its caller builds the next one), and
+one insert per table scanning NumPy columns; :class:`RecordBuffer` commits a
+batch on a writer thread while its caller builds the next one), and
 read back through the query functions of :mod:`fidelity.store_queries`, the only
 other module that holds SQL.
 
@@ -349,12 +349,17 @@ class RecordBuffer:
     trajectories small in memory). A killed process loses at most the unflushed
     batch, which a resumed run redoes.
 
-    A full batch's rows are built on the caller's thread, then go to a writer thread
-    (one write at a time, in order) that inserts and commits them while the caller
-    goes on with the next batch: DuckDB releases the GIL for most of an
-    insert and all of a commit. ``background=False`` writes on the caller's thread.
-    A write that failed raises its error (the same :class:`StoreError`) from the
-    next :meth:`add` that hands over a batch, or from :meth:`flush`; :meth:`flush`
+    A full batch's rows are built and inserted (in a transaction left open, see
+    :meth:`Store.stage_rows`) on the caller's thread, once the previous batch is
+    committed; a writer thread then commits it (the write-ahead log, and the
+    checkpoint that compresses the texts: DuckDB holds no GIL there) while the
+    caller goes on with the next batch. The insert stays on the caller's thread
+    because DuckDB's scan of Python strings takes the GIL, which a busy caller would
+    hold for whole switch intervals. ``background=False`` commits on the caller's
+    thread. An insert error comes out of the :meth:`add` or :meth:`flush` handing
+    the batch over; a commit that failed raises its error (the same
+    :class:`StoreError`) from the next hand-over or :meth:`flush`. Either way the
+    batch being handed over stays queued. :meth:`flush`
     and :meth:`close` return once every record is stored and readable, with no
     writer thread left. :meth:`Store.close` flushes the store's buffers first.
     """
@@ -424,13 +429,13 @@ class RecordBuffer:
             self.written += self._writer.wait()
         if records:
             ids = [record.trajectory.id for record in records]
-            store, run_id = self.store, self.run_id
+            store = self.store
+            cursor = store.stage_rows(self.run_id, ids, rows)
             if self._writer is None:
-                store.write_rows(run_id, ids, rows)
+                store.commit_rows(cursor)
                 self.written += len(ids)
             else:
-                cursor = store.connection.cursor()  # made here: the writer thread only uses it
-                self._writer.start(len(ids), lambda: store.write_rows(run_id, ids, rows, cursor))
+                self._writer.start(len(ids), lambda: store.commit_rows(cursor))
         # emptied once handed over: an interrupt just before writes a batch twice at worst,
         # which replaces its rows (a write deletes a trajectory's rows before inserting them)
         self.pending, self.pending_steps = [], 0
@@ -829,22 +834,20 @@ class Store:
             batch.add_record(record, now)
         self.write_rows(run_id, [record.trajectory.id for record in records], batch)
 
-    def write_rows(
-        self,
-        run_id: str,
-        ids: list[str],
-        batch: _Batch,
-        cursor: duckdb.DuckDBPyConnection | None = None,
-    ) -> None:
+    def write_rows(self, run_id: str, ids: list[str], batch: _Batch) -> None:
         """Store the rows of trajectories *ids* held by *batch*, in one transaction (replacing
-        rows they had before), through *cursor* (a cursor of :attr:`connection`, closed
-        afterwards; a new one when None): another thread than the one using
-        :attr:`connection` can run it."""
-        if cursor is None:
-            cursor = self.connection.cursor()
-        with self._writing("write to"), cursor:
-            cursor.begin()
-            try:
+        rows they had before)."""
+        self.commit_rows(self.stage_rows(run_id, ids, batch))
+
+    def stage_rows(self, run_id: str, ids: list[str], batch: _Batch) -> duckdb.DuckDBPyConnection:
+        """Insert the rows of trajectories *ids* held by *batch* (deleting rows they had
+        before) in a new transaction on a cursor of its own, and return that cursor with the
+        transaction still open: :meth:`commit_rows` ends it, from any thread. On an error
+        nothing is kept (closing the cursor rolls the transaction back)."""
+        cursor = self.connection.cursor()
+        try:
+            with self._writing("write to"):
+                cursor.begin()
                 stored = cursor.execute(
                     "SELECT trajectory_id FROM trajectories WHERE run_id = ? "
                     "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
@@ -859,9 +862,15 @@ class Store:
                             [run_id, again],
                         )
                 batch.insert(cursor, run_id)
-            except BaseException:
-                cursor.rollback()
-                raise
+        except BaseException:
+            cursor.close()
+            raise
+        return cursor
+
+    def commit_rows(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        """Commit the transaction :meth:`stage_rows` left open on *cursor*, and close the
+        cursor (a failed commit keeps nothing of the transaction)."""
+        with self._writing("write to"), cursor:
             cursor.commit()
 
     def write_judgments(

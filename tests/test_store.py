@@ -282,17 +282,17 @@ def writer_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "fidelity-store-writer"]
 
 
-def test_batches_are_written_on_a_writer_thread_and_flush_waits_for_them(
+def test_batches_are_committed_on_a_writer_thread_and_flush_waits_for_them(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writers: list[str] = []
-    write_rows = Store.write_rows
+    committers: list[str] = []
+    commit_rows = Store.commit_rows
 
-    def spy(self: Store, *args: Any) -> None:
-        writers.append(threading.current_thread().name)
-        write_rows(self, *args)
+    def spy(self: Store, cursor: Any) -> None:
+        committers.append(threading.current_thread().name)
+        commit_rows(self, cursor)
 
-    monkeypatch.setattr(Store, "write_rows", spy)
+    monkeypatch.setattr(Store, "commit_rows", spy)
     with Store(db_path) as store:
         store.start_run("r1", INFO)
         buffer = RecordBuffer(store, "r1", size=2, seconds=3600)
@@ -302,31 +302,66 @@ def test_batches_are_written_on_a_writer_thread_and_flush_waits_for_them(
         buffer.flush()
         assert store.done_trajectories("r1") == {f"t{i}" for i in range(5)}
         assert (buffer.pending, buffer.written) == ([], 5)
-        assert writers == ["fidelity-store-writer"] * 3
+        assert committers == ["fidelity-store-writer"] * 3
         assert writer_threads() == []
     assert count(db_path, "comparisons") == 10
 
 
-def test_an_error_in_the_writer_thread_reaches_the_caller(db_path: Path) -> None:
+def test_an_error_in_the_writer_thread_reaches_the_caller(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit failing on the writer thread (injected: a full disk cannot be made to order)
+    comes out of the caller's next hand-over as that same error (exit 3), with the records
+    being handed over still queued; the failed batch keeps nothing, the others are stored."""
+    failures: list[tuple[str, StoreError]] = []
+    commit_rows = Store.commit_rows
+
+    def failing_once(self: Store, cursor: Any) -> None:
+        if failures:
+            commit_rows(self, cursor)
+            return
+        cursor.close()  # rolls the staged transaction back, as a failed commit does
+        error = StoreError(f"{self.path}: cannot write to the database (IO Error: disk full)")
+        failures.append((threading.current_thread().name, error))
+        raise error
+
+    monkeypatch.setattr(Store, "commit_rows", failing_once)
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        buffer = RecordBuffer(store, "r1", size=2, seconds=3600)
+        buffer.add(record("lost0"))
+        buffer.add(record("lost1"))  # handed over: its commit fails on the writer thread
+        buffer.add(record("t2"))
+        with pytest.raises(StoreError) as raised:
+            buffer.add(record("t3"))  # the next hand-over waits for the write, gets its error
+        assert failures == [("fidelity-store-writer", raised.value)]
+        assert exit_code_for(raised.value) == 3
+        assert [r.trajectory.id for r in buffer.pending] == ["t2", "t3"]  # still queued
+        buffer.flush()
+        assert store.done_trajectories("r1") == {"t2", "t3"}
+        assert writer_threads() == []
+    assert count(db_path, "steps") == 4  # nothing of the failed batch
+
+
+def test_an_insert_error_reaches_the_caller_with_the_batch_still_queued(db_path: Path) -> None:
     """A real insert failure (the same trajectory twice in one batch breaks the key of
-    ``trajectories``) raised on the writer thread comes out of the caller's next hand-over
-    or flush as the store's one-line error (exit 3); earlier batches stay, later ones go on."""
+    ``trajectories``) comes out of the hand-over as the store's one-line error; earlier
+    batches stay."""
     with Store(db_path) as store:
         store.start_run("r1", INFO)
         buffer = RecordBuffer(store, "r1", size=2, seconds=3600)
         buffer.add(record("t0"))
         buffer.add(record("t1"))
         buffer.add(record("twice"))
-        buffer.add(record("twice"))  # handed over: fails on the writer thread
-        buffer.add(record("t2"))
         with pytest.raises(StoreError, match=r"cannot write to the database \(.*key") as error:
-            buffer.flush()
+            buffer.add(record("twice"))
         assert exit_code_for(error.value) == 3
-        assert [r.trajectory.id for r in buffer.pending] == ["t2"]  # still queued
+        assert [r.trajectory.id for r in buffer.pending] == ["twice", "twice"]
+        buffer.pending.pop()
         buffer.flush()
-        assert store.done_trajectories("r1") == {"t0", "t1", "t2"}
+        assert store.done_trajectories("r1") == {"t0", "t1", "twice"}
         assert writer_threads() == []
-    assert count(db_path, "steps") == 6  # nothing of the failed batch
+    assert count(db_path, "steps") == 6
 
 
 def test_closing_the_store_stores_every_buffered_record(db_path: Path) -> None:
