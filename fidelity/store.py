@@ -61,9 +61,10 @@ last, growing row group; 64 MB holds at most that much of uncompressed rows in m
 WRITER_THREADS = 1
 """DuckDB threads of a writable store. A bulk insert scans the rows' Python strings, which
 needs the GIL: a second DuckDB thread only contends for it with the thread building the
-next batch (measured by ``benchmarks/store_writes.py`` on 2 cores: 20,200 steps per CPU
-second with one thread, 16,200 with two, and faster in wall time). Read-only stores
-(reports, analysis) keep DuckDB's default, one thread per core."""
+next batch (``benchmarks/store_writes.py``'s path, 30,000 steps, five alternating runs on
+2 cores at load 9: medians 20,200 steps per CPU second with one thread against 16,200 with
+two, 5,460 against 4,420 steps/s wall). Read-only stores (reports, analysis) keep DuckDB's
+default, one thread per core."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -442,9 +443,9 @@ class RecordBuffer:
 
 
 class _Writer:
-    """Runs one write at a time on a thread of its own; :meth:`wait` joins it and raises its
-    error. A new thread per write (a few tens of microseconds against a write's tens of
-    milliseconds): nothing lingers between writes, so no thread outlives a flush."""
+    """Runs one write (a commit) at a time on a thread of its own; :meth:`wait` joins it and
+    raises its error. A new thread per write (tens of microseconds against a commit's tens
+    of milliseconds): nothing lingers between writes, so no thread outlives a flush."""
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
