@@ -1,11 +1,14 @@
 """Store writes: audited trajectories into DuckDB, fidelity's bulk path against the naive way.
 
 Synthesizes records of 1-2 KB observations (real and simulated, with their
-comparisons) and writes them, in the same run, two ways into fresh files:
+comparisons) and writes them, in the same run, three ways into fresh files:
 
-- **fidelity**: what audits and gates do, ``RecordBuffer.add`` per record
-  (``Store.write_trajectories``: one transaction per batch, one bulk insert
-  per table from NumPy columns, named columns);
+- **fidelity**: what audits and gates do, ``RecordBuffer.add`` per record: one
+  transaction per batch, one bulk insert per table from NumPy columns, named
+  columns; a batch is built and inserted on the caller's thread, then committed
+  (write-ahead log, checkpoints) on a writer thread while the next one is built;
+- **serial**: the same buffer with ``background=False`` (build, insert and
+  commit on one thread, in turn: the path before the writer thread);
 - **naive**: per trajectory, a transaction that deletes its old rows and
   inserts every row with a parameterised ``INSERT ... VALUES`` (``executemany``).
 
@@ -17,21 +20,25 @@ for the 1-2 KB observations of the mini-swe-agent runs in
 ``../shared/agent-trajectories``), where a repeated line would compress 20×
 and flatter any compressed layout.
 
-Prints steps per second of each (wall clock, and per second of this process's
-CPU time, DuckDB's threads included) and the ratio. ``--floor`` adds DuckDB
-alone storing the same observation rows, built beforehand (closing the file
-included): the part of the write no Python change can remove.
+Prints steps per second of each (wall clock, closing the file included, and per
+second of this process's CPU time, DuckDB's threads included); fidelity and
+serial run ``--repeats`` times, alternating, and their medians are printed (the
+machine may be busy: wall time counts what others take). ``--floor`` adds DuckDB
+alone storing the same observation rows, built beforehand: the part of the
+write no Python change can remove.
 
-    python benchmarks/store_writes.py [--steps 100000] [--depth 10] [--floor]
+    python benchmarks/store_writes.py [--steps 100000] [--depth 10] [--repeats 3] [--floor]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import statistics
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fidelity.compare.base import StepComparison
@@ -107,14 +114,19 @@ def _text(t: int, d: int, side: str) -> str:
     return text if side == "real" else text.replace("self", "this", 1) + "\n$ "
 
 
-def fidelity_way(path: Path, batch: list[TrajectoryRecord]) -> None:
+def fidelity_way(path: Path, batch: list[TrajectoryRecord], background: bool = True) -> None:
     """RecordBuffer.add per record, as the audit and the gate do."""
     with Store(path) as store:
         store.start_run("bench", INFO)
-        buffer = RecordBuffer(store, "bench")
+        buffer = RecordBuffer(store, "bench", background=background)
         for record in batch:
             buffer.add(record)
         buffer.flush()
+
+
+def serial_way(path: Path, batch: list[TrajectoryRecord]) -> None:
+    """The same, without the writer thread: each batch built, inserted and committed in turn."""
+    fidelity_way(path, batch, background=False)
 
 
 def naive_way(path: Path, batch: list[TrajectoryRecord]) -> None:
@@ -166,6 +178,26 @@ def floor_way(path: Path, batch: list[TrajectoryRecord]) -> None:
     )
 
 
+def timed(
+    way: str,
+    function: Callable[[Path, list[TrajectoryRecord]], None],
+    chosen: list[TrajectoryRecord],
+    path: Path,
+) -> tuple[float, float]:
+    """Run one way into a fresh *path*; print and return its wall and CPU steps per second."""
+    path.unlink(missing_ok=True)
+    started, cpu = time.perf_counter(), time.process_time()
+    function(path, chosen)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    steps = sum(len(record.trajectory.steps) for record in chosen)
+    size = path.stat().st_size / 2**20
+    print(
+        f"{way:>9}: {steps:,} steps in {elapsed:6.2f} s = {steps / elapsed:10,.0f} steps/s "
+        f"({steps / cpu:,.0f} per CPU second; file {size:.0f} MiB)"
+    )
+    return steps / elapsed, steps / cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
@@ -174,30 +206,35 @@ def main() -> None:
         "--naive-steps", type=int, default=5_000, help="the naive way on this many steps"
     )
     parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of fidelity and serial (medians printed)"
+    )
+    parser.add_argument(
         "--floor", action="store_true", help="also time DuckDB alone storing the texts"
     )
     args = parser.parse_args()
     batch = records(args.steps, args.depth)
     naive_batch = batch[: max(1, args.naive_steps // args.depth)]
-    rates = {}
+    runs: dict[str, list[tuple[float, float]]] = {"fidelity": [], "serial": []}
     with tempfile.TemporaryDirectory() as folder:
-        for way, function, chosen in (
-            ("fidelity", fidelity_way, batch),
-            ("naive", naive_way, naive_batch),
-        ):
-            started, cpu = time.perf_counter(), time.process_time()
-            function(Path(folder) / f"{way}.duckdb", chosen)
-            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-            steps = len(chosen) * args.depth
-            rates[way] = steps / elapsed
-            size = (Path(folder) / f"{way}.duckdb").stat().st_size / 2**20
-            print(
-                f"{way:>9}: {steps:,} steps in {elapsed:6.2f} s = {rates[way]:10,.0f} steps/s "
-                f"({steps / cpu:,.0f} per CPU second; file {size:.0f} MiB)"
-            )
+        for _ in range(args.repeats):
+            for way, function in (("fidelity", fidelity_way), ("serial", serial_way)):
+                runs[way].append(timed(way, function, batch, Path(folder) / f"{way}.duckdb"))
+        naive, _ = timed("naive", naive_way, naive_batch, Path(folder) / "naive.duckdb")
         if args.floor:
             floor_way(Path(folder) / "floor.duckdb", batch)
-    print(f"store write ratio fidelity/naive: {rates['fidelity'] / rates['naive']:.0f}x")
+    medians = {
+        way: (statistics.median(w for w, _ in rates), statistics.median(c for _, c in rates))
+        for way, rates in runs.items()
+    }
+    for way, (wall, cpu) in medians.items():
+        print(
+            f"median of {args.repeats} {way:>8}: {wall:10,.0f} steps/s wall clock, "
+            f"{cpu:,.0f} per CPU second"
+        )
+    print(
+        f"store write ratio fidelity/naive: {medians['fidelity'][0] / naive:.0f}x; "
+        f"fidelity/serial: {medians['fidelity'][0] / medians['serial'][0]:.2f}x (wall medians)"
+    )
 
 
 if __name__ == "__main__":

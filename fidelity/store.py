@@ -9,8 +9,10 @@ The store owns its schema: :data:`_SCHEMA` is version 1 as first shipped, and
 :data:`MIGRATIONS` upgrade a file in place, one numbered step at a time (the
 version is kept in ``meta.schema_version``); a file newer than this code is
 refused. Rows are written by column name, in bulk (per batch of trajectories,
-one insert per table scanning NumPy columns), and read back through the query
-functions of :mod:`fidelity.store_queries`, the only other module that holds SQL.
+one insert per table scanning NumPy columns; :class:`RecordBuffer` commits a
+batch on a writer thread while its caller builds the next one), and
+read back through the query functions of :mod:`fidelity.store_queries`, the only
+other module that holds SQL.
 
 Since version 4 only ``trajectories`` (one row per trajectory) has a primary key:
 ``steps``, ``observations`` and ``comparisons`` stay unique because every writer
@@ -31,8 +33,9 @@ import functools
 import json
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,6 +57,14 @@ CHECKPOINT_THRESHOLD = "64MB"
 """Write-ahead log size at which a writer folds it into the database file (DuckDB's default,
 16 MB, checkpoints bulk writes every few batches, each time recompressing the table's
 last, growing row group; 64 MB holds at most that much of uncompressed rows in memory)."""
+
+WRITER_THREADS = 1
+"""DuckDB threads of a writable store. A bulk insert scans the rows' Python strings, which
+needs the GIL: a second DuckDB thread only contends for it with the thread building the
+next batch (``benchmarks/store_writes.py``'s path, 30,000 steps, five alternating runs on
+2 cores at load 9: medians 20,200 steps per CPU second with one thread against 16,200 with
+two, 5,460 against 4,420 steps/s wall). Read-only stores (reports, analysis) keep DuckDB's
+default, one thread per core."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -338,6 +349,20 @@ class RecordBuffer:
     thousands of steps amortise it; the step bound keeps a batch of long
     trajectories small in memory). A killed process loses at most the unflushed
     batch, which a resumed run redoes.
+
+    A full batch's rows are built and inserted (in a transaction left open, see
+    :meth:`Store.stage_rows`) on the caller's thread, once the previous batch is
+    committed; a writer thread then commits it (the write-ahead log, and the
+    checkpoint that compresses the texts: DuckDB holds no GIL there) while the
+    caller goes on with the next batch. The insert stays on the caller's thread
+    because DuckDB's scan of Python strings takes the GIL, which a busy caller would
+    hold for whole switch intervals. ``background=False`` commits on the caller's
+    thread. An insert error comes out of the :meth:`add` or :meth:`flush` handing
+    the batch over; a commit that failed raises its error (the same
+    :class:`StoreError`) from the next hand-over or :meth:`flush`. Either way the
+    batch being handed over stays queued. :meth:`flush`
+    and :meth:`close` return once every record is stored and readable, with no
+    writer thread left. :meth:`Store.close` flushes the store's buffers first.
     """
 
     def __init__(
@@ -347,6 +372,7 @@ class RecordBuffer:
         size: int = 1024,
         seconds: float = 1.0,
         steps: int = 10_000,
+        background: bool = True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -356,10 +382,19 @@ class RecordBuffer:
         self.pending: list[TrajectoryRecord] = []
         self.pending_steps = 0
         self.written = 0
+        """Records stored (their write committed)."""
         self._last = time.monotonic()
+        self._writer = _Writer() if background else None
+        store._buffers.append(self)
+
+    def __enter__(self) -> RecordBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def add(self, record: TrajectoryRecord) -> None:
-        """Queue *record*; writes the batch when it is full or old enough."""
+        """Queue *record*; hands the batch over to be written when it is full or old enough."""
         self.pending.append(record)
         self.pending_steps += len(record.trajectory.steps)
         if (
@@ -367,15 +402,86 @@ class RecordBuffer:
             or self.pending_steps >= self.steps
             or time.monotonic() - self._last >= self.seconds
         ):
-            self.flush()
+            self._hand_over()
 
     def flush(self) -> None:
-        """Write every queued record now (in one transaction)."""
-        batch, self.pending, self.pending_steps = self.pending, [], 0
+        """Store every queued record now, and wait until all of them are stored."""
+        self._hand_over()
+        if self._writer is not None:
+            self.written += self._writer.wait()
+
+    def close(self) -> None:
+        """Flush (the buffer can still be used afterwards; nothing runs in the background)."""
+        self.flush()
+
+    def _hand_over(self) -> None:
+        """Build the queued records' rows, then give them to the writer once the previous
+        write ended. The queue is emptied only then: an error of the previous write, or a
+        Ctrl-C while building or waiting, leaves every queued record queued (and no rows of
+        a half-built record anywhere)."""
+        records = self.pending
         self._last = time.monotonic()
-        if batch:
-            self.store.write_trajectories(self.run_id, batch)
-            self.written += len(batch)
+        if not records and self._writer is None:
+            return
+        rows, now = _Batch(), _now()
+        for record in records:
+            rows.add_record(record, now)
+        if self._writer is not None:
+            self.written += self._writer.wait()
+        if records:
+            ids = [record.trajectory.id for record in records]
+            store = self.store
+            cursor = store.stage_rows(self.run_id, ids, rows)
+            if self._writer is None:
+                store.commit_rows(cursor)
+                self.written += len(ids)
+            else:
+                self._writer.start(len(ids), lambda: store.commit_rows(cursor))
+        # emptied once handed over: an interrupt just before writes a batch twice at worst,
+        # which replaces its rows (a write deletes a trajectory's rows before inserting them)
+        self.pending, self.pending_steps = [], 0
+
+
+class _Writer:
+    """Runs one write (a commit) at a time on a thread of its own; :meth:`wait` joins it and
+    raises its error. A new thread per write (tens of microseconds against a commit's tens
+    of milliseconds): nothing lingers between writes, so no thread outlives a flush."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._count = 0
+        self._error: BaseException | None = None
+
+    def start(self, count: int, write: Callable[[], None]) -> None:
+        """Run *write* (of *count* records) in the background; the previous one has ended."""
+        if self._thread is not None:
+            raise RuntimeError("a store write is still in flight")  # a bug: wait() first
+        thread = threading.Thread(target=self._run, args=(write,), name="fidelity-store-writer")
+        self._thread, self._count = thread, count
+        thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller by wait()
+            self._error = exc
+
+    def wait(self) -> int:
+        """Wait for the write in flight (if any); its record count, or its error raised.
+
+        A Ctrl-C while waiting leaves the write running to its commit; the next wait
+        (the caller's ``finally: flush()``) joins it again.
+        """
+        thread = self._thread
+        if thread is None:
+            return 0
+        thread.join()
+        self._thread = None
+        count, self._count = self._count, 0
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return count
 
 
 @dataclass
@@ -438,9 +544,11 @@ class Store:
                     "or a new file name)"
                 ) from None
             raise StoreError(f"{self.path}: cannot open database ({_first_line(exc)})") from None
+        self._buffers: list[RecordBuffer] = []
         if not read_only:
             with self._writing("create the schema in"):
                 self.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+                self.connection.execute(f"SET threads = {WRITER_THREADS}")
                 self._migrate()
 
     def __enter__(self) -> Store:
@@ -450,8 +558,14 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (flushes the write-ahead log)."""
-        self.connection.close()
+        """Store what every :class:`RecordBuffer` of this store still holds (waiting for its
+        writer), then close the connection (flushes the write-ahead log)."""
+        buffers, self._buffers = self._buffers, []
+        try:
+            for buffer in buffers:
+                buffer.flush()
+        finally:
+            self.connection.close()
 
     def _migrate(self) -> None:
         """Create the version-1 tables if missing, then apply every migration not yet applied,
@@ -719,22 +833,46 @@ class Store:
         now = _now()
         for record in records:
             batch.add_record(record, now)
-        ids = [record.trajectory.id for record in records]
-        with self._writing("write to"), self.transaction() as tx:
-            stored = tx.execute(
-                "SELECT trajectory_id FROM trajectories WHERE run_id = ? "
-                "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
-                [run_id, ids],
-            ).fetchall()
-            if stored:
-                again = [row[0] for row in stored]
-                for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
-                    tx.execute(
-                        f"DELETE FROM {table} WHERE run_id = ? "
-                        "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [run_id, again],
-                    )
-            batch.insert(tx, run_id)
+        self.write_rows(run_id, [record.trajectory.id for record in records], batch)
+
+    def write_rows(self, run_id: str, ids: list[str], batch: _Batch) -> None:
+        """Store the rows of trajectories *ids* held by *batch*, in one transaction (replacing
+        rows they had before)."""
+        self.commit_rows(self.stage_rows(run_id, ids, batch))
+
+    def stage_rows(self, run_id: str, ids: list[str], batch: _Batch) -> duckdb.DuckDBPyConnection:
+        """Insert the rows of trajectories *ids* held by *batch* (deleting rows they had
+        before) in a new transaction on a cursor of its own, and return that cursor with the
+        transaction still open: :meth:`commit_rows` ends it, from any thread. On an error
+        nothing is kept (closing the cursor rolls the transaction back)."""
+        cursor = self.connection.cursor()
+        try:
+            with self._writing("write to"):
+                cursor.begin()
+                stored = cursor.execute(
+                    "SELECT trajectory_id FROM trajectories WHERE run_id = ? "
+                    "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
+                    [run_id, ids],
+                ).fetchall()
+                if stored:
+                    again = [row[0] for row in stored]
+                    for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
+                        cursor.execute(
+                            f"DELETE FROM {table} WHERE run_id = ? "
+                            "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [run_id, again],
+                        )
+                batch.insert(cursor, run_id)
+        except BaseException:
+            cursor.close()
+            raise
+        return cursor
+
+    def commit_rows(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        """Commit the transaction :meth:`stage_rows` left open on *cursor*, and close the
+        cursor (a failed commit keeps nothing of the transaction)."""
+        with self._writing("write to"), cursor:
+            cursor.commit()
 
     def write_judgments(
         self, run_id: str, judge: dict[str, str], records: Sequence[JudgmentRecord]
@@ -946,13 +1084,14 @@ def _insert_columns(
     names = [*constants, *columns]
     selected = [*("?" for _ in constants), *(_DECODE.get(name, name) for name in columns)]
     tx.register(view, {name: _array(cells) for name, cells in columns.items()})
-    try:
-        tx.execute(
-            f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selected)} FROM {view}",
-            list(constants.values()),
-        )
-    finally:
-        tx.unregister(view)
+    tx.execute(
+        f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selected)} FROM {view}",
+        list(constants.values()),
+    )
+    # only after a success: in a transaction a failed insert aborted, unregistering fails too
+    # and would hide the insert's own error; a view left behind is replaced by the next
+    # register of its name, or goes with the connection
+    tx.unregister(view)
 
 
 _LISTS = ("hallucinations", "omissions", "stale", "reasons")

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -267,13 +268,143 @@ def test_entity_lists_come_back_as_written(db_path: Path) -> None:
 def test_the_buffer_writes_a_batch_once_it_holds_enough_steps(db_path: Path) -> None:
     with Store(db_path) as store:
         store.start_run("r1", INFO)
-        buffer = RecordBuffer(store, "r1", size=100, seconds=3600, steps=5)
+        # written on this thread, so the hand-over shows at once (the writer thread: below)
+        buffer = RecordBuffer(store, "r1", size=100, seconds=3600, steps=5, background=False)
         buffer.add(record("t1"))
         buffer.add(record("t2"))  # 4 steps pending: not yet
         assert store.done_trajectories("r1") == set() and buffer.pending_steps == 4
         buffer.add(record("t3"))  # 6 steps
         assert store.done_trajectories("r1") == {"t1", "t2", "t3"}
         assert (buffer.pending, buffer.pending_steps, buffer.written) == ([], 0, 3)
+
+
+def writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "fidelity-store-writer"]
+
+
+def test_batches_are_committed_on_a_writer_thread_and_flush_waits_for_them(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    committers: list[str] = []
+    commit_rows = Store.commit_rows
+
+    def spy(self: Store, cursor: Any) -> None:
+        committers.append(threading.current_thread().name)
+        commit_rows(self, cursor)
+
+    monkeypatch.setattr(Store, "commit_rows", spy)
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        buffer = RecordBuffer(store, "r1", size=2, seconds=3600)
+        for i in range(5):
+            buffer.add(record(f"t{i}"))
+        assert len(buffer.pending) == 1  # two batches handed over, one record queued
+        buffer.flush()
+        assert store.done_trajectories("r1") == {f"t{i}" for i in range(5)}
+        assert (buffer.pending, buffer.written) == ([], 5)
+        assert committers == ["fidelity-store-writer"] * 3
+        assert writer_threads() == []
+    assert count(db_path, "comparisons") == 10
+
+
+def test_an_error_in_the_writer_thread_reaches_the_caller(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit failing on the writer thread (injected: a full disk cannot be made to order)
+    comes out of the caller's next hand-over as that same error (exit 3), with the records
+    being handed over still queued; the failed batch keeps nothing, the others are stored."""
+    failures: list[tuple[str, StoreError]] = []
+    commit_rows = Store.commit_rows
+
+    def failing_once(self: Store, cursor: Any) -> None:
+        if failures:
+            commit_rows(self, cursor)
+            return
+        cursor.close()  # rolls the staged transaction back, as a failed commit does
+        error = StoreError(f"{self.path}: cannot write to the database (IO Error: disk full)")
+        failures.append((threading.current_thread().name, error))
+        raise error
+
+    monkeypatch.setattr(Store, "commit_rows", failing_once)
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        buffer = RecordBuffer(store, "r1", size=2, seconds=3600)
+        buffer.add(record("lost0"))
+        buffer.add(record("lost1"))  # handed over: its commit fails on the writer thread
+        buffer.add(record("t2"))
+        with pytest.raises(StoreError) as raised:
+            buffer.add(record("t3"))  # the next hand-over waits for the write, gets its error
+        assert failures == [("fidelity-store-writer", raised.value)]
+        assert exit_code_for(raised.value) == 3
+        assert [r.trajectory.id for r in buffer.pending] == ["t2", "t3"]  # still queued
+        buffer.flush()
+        assert store.done_trajectories("r1") == {"t2", "t3"}
+        assert writer_threads() == []
+    assert count(db_path, "steps") == 4  # nothing of the failed batch
+
+
+def test_an_insert_error_reaches_the_caller_with_the_batch_still_queued(db_path: Path) -> None:
+    """A real insert failure (the same trajectory twice in one batch breaks the key of
+    ``trajectories``) comes out of the hand-over as the store's one-line error; earlier
+    batches stay."""
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        buffer = RecordBuffer(store, "r1", size=2, seconds=3600)
+        buffer.add(record("t0"))
+        buffer.add(record("t1"))
+        buffer.add(record("twice"))
+        with pytest.raises(StoreError, match=r"cannot write to the database \(.*key") as error:
+            buffer.add(record("twice"))
+        assert exit_code_for(error.value) == 3
+        assert [r.trajectory.id for r in buffer.pending] == ["twice", "twice"]
+        buffer.pending.pop()
+        buffer.flush()
+        assert store.done_trajectories("r1") == {"t0", "t1", "twice"}
+        assert writer_threads() == []
+    assert count(db_path, "steps") == 6
+
+
+def test_closing_the_store_stores_every_buffered_record(db_path: Path) -> None:
+    """No flush by the caller: closing the store writes what is queued and waits for the
+    batch in flight; no writer thread is left."""
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        buffer = RecordBuffer(store, "r1", size=3, seconds=3600)
+        for i in range(7):
+            buffer.add(record(f"t{i}"))
+    assert writer_threads() == []
+    with Store(db_path, read_only=True) as store:
+        assert store.done_trajectories("r1") == {f"t{i}" for i in range(7)}
+    assert count(db_path, "observations") == 28
+
+
+def test_ctrl_c_while_waiting_for_the_writer_keeps_the_queued_records(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C (injected) as a hand-over waits for the previous write: the batch in flight
+    commits, the new one stays queued, and the caller's ``finally: flush()`` stores both."""
+    from fidelity.store import _Writer
+
+    wait = _Writer.wait
+    interrupts = [KeyboardInterrupt()]
+
+    def interrupted(self: _Writer) -> int:
+        if self._thread is not None and interrupts:
+            raise interrupts.pop()
+        return wait(self)
+
+    monkeypatch.setattr(_Writer, "wait", interrupted)
+    with Store(db_path) as store:
+        store.start_run("r1", INFO)
+        buffer = RecordBuffer(store, "r1", size=2, seconds=3600)
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                for i in range(4):
+                    buffer.add(record(f"t{i}"))  # the second hand-over is interrupted
+            finally:
+                buffer.flush()
+        assert store.done_trajectories("r1") == {"t0", "t1", "t2", "t3"}
+    assert count(db_path, "steps") == 8
 
 
 def test_bulk_writes_store_many_trajectories_at_once_and_replace_old_rows(db_path: Path) -> None:
