@@ -615,19 +615,31 @@ def diff(
 ) -> None:
     """Compare two recordings of the same actions step by step."""
     from fidelity.compare import load_compare_config
-    from fidelity.diffing import DiffStream, diff_files, store_diff
+    from fidelity.diffing import DiffResult, DiffRow, DiffStream, diff_files, store_diff
     from fidelity.errors import UsageError
 
     if fmt not in {"table", "jsonl", "json"}:
         raise UsageError(f"--format {fmt!r}: choose table, jsonl or json")
-    if store_db is not None:
-        stored = store_diff(real, sim, store_db, load_compare_config(compare_config))
+    config = load_compare_config(compare_config)
+
+    def write_rows(rows: list[DiffRow]) -> None:
+        sys.stdout.write("".join(row.model_dump_json() + "\n" for row in rows))
+
+    if store_db is not None:  # compared once: each pair is stored and its rows shown
+        held: list[DiffRow] = []
+        stored = store_diff(
+            real, sim, store_db, config, on_rows=write_rows if fmt == "jsonl" else held.extend
+        )
         err.print(f"stored as run {stored.run_id} in {_escape(stored.db)}")
-    if fmt == "jsonl":  # streamed: memory flat in the files' size
-        for row in DiffStream(real, sim, load_compare_config(compare_config)):
-            sys.stdout.write(row.model_dump_json() + "\n")
+        result = DiffResult(rows=held, only_real=stored.only_real, only_sim=stored.only_sim)
+    elif fmt == "jsonl":  # streamed: memory flat in the files' size
+        for row in DiffStream(real, sim, config):
+            write_rows([row])
         return
-    result = diff_files(real, sim, load_compare_config(compare_config))
+    else:
+        result = diff_files(real, sim, config)
+    if fmt == "jsonl":
+        return
     if fmt == "json":
         _print_json(result.model_dump_json())
     else:

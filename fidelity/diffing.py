@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from fidelity import pipeline
 from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
-from fidelity.formats.jsonl import parse_line, read_trajectories
+from fidelity.formats.jsonl import parse_line
 from fidelity.model import Observation, Trajectory, stable_hash
 from fidelity.worldmodels.base import EVALUATED_TURN, Mode
 
@@ -223,6 +223,12 @@ class StoredDiff(BaseModel):
     run_id: str
     db: str
     trajectories: int
+    only_real: list[str] = []
+    only_sim: list[str] = []
+
+
+RowsCallback = Callable[[list[DiffRow]], None]
+"""Called with each stored trajectory's rows (what ``fidelity diff`` prints)."""
 
 
 def store_diff(
@@ -231,49 +237,67 @@ def store_diff(
     db: str | os.PathLike[str],
     config: CompareConfig | None = None,
     run_id: str | None = None,
+    on_rows: RowsCallback | None = None,
 ) -> StoredDiff:
     """Compare two recordings as :func:`diff_files` does and store the result as a run.
 
-    Steps a simulated recording did not predict (before its ``evaluated_turn``)
-    are stored as infrastructure failures (``NotPredicted``), so they are never
-    judged or counted as drift.
+    Streams like :class:`DiffStream`, in two passes: the first validates every
+    line of both files and learns the run's domains (nothing is written when a
+    line is bad or no id is shared), the second compares each pair once and
+    stores the records in bulk (:class:`~fidelity.store.RecordBuffer`), handing
+    each trajectory's rows to *on_rows*. Steps a simulated recording did not
+    predict (before its ``evaluated_turn``) are stored as infrastructure failures
+    (``NotPredicted``), so they are never judged or counted as drift.
     """
     from fidelity.audit import code_version, new_run_id
-    from fidelity.store import Store
+    from fidelity.store import RecordBuffer, Store
 
-    real = {t.id: t for t in read_trajectories(real_path)}
-    sim = {t.id: t for t in read_trajectories(sim_path)}
-    pairs = [(real[i], sim[i]) for i in real if i in sim]
-    if not pairs:
+    survey = DiffStream(real_path, sim_path)
+    domains: set[str] = set()
+    first_sim: Trajectory | None = None
+    for real_t, sim_t in survey.pairs():
+        domains.add(real_t.domain.value)
+        first_sim = first_sim or sim_t
+    if first_sim is None:
         raise UsageError(f"{real_path} and {sim_path} have no trajectory id in common")
     run = run_id or new_run_id()
-    domains = sorted({r.domain.value for r, _ in pairs})
     info = {
-        "domain": domains[0] if len(domains) == 1 else "mixed",
+        "domain": next(iter(domains)) if len(domains) == 1 else "mixed",
         "sandbox": "recorded",
         "world_model": {"backend": "recorded", "data": str(sim_path)},
-        "mode": _mode_label(pairs[0][1]),
+        "mode": _mode_label(first_sim),
         "suite": str(real_path),
         "suite_digest": stable_hash([str(real_path), str(sim_path)]),
         "code_version": code_version(),
     }
+    stored = 0
     with Store(db) as store:
         store.start_run(run, info)
-        for real_t, sim_t in pairs:
-            store.write_trajectory(
-                run, _record(real_t, sim_t, str(real_path), str(sim_path), config)
-            )
+        buffer = RecordBuffer(store, run)
+        try:
+            for real_t, sim_t in DiffStream(real_path, sim_path, config).pairs():
+                rows = diff_trajectories(real_t, sim_t, str(real_path), str(sim_path), config)
+                buffer.add(_record(real_t, sim_t, rows, str(real_path)))
+                stored += 1
+                if on_rows is not None:
+                    on_rows(rows)
+        finally:
+            buffer.flush()
         store.finish_run(run, "done")
-    return StoredDiff(run_id=run, db=str(db), trajectories=len(pairs))
+    return StoredDiff(
+        run_id=run,
+        db=str(db),
+        trajectories=stored,
+        only_real=survey.only_real,
+        only_sim=survey.only_sim,
+    )
 
 
-def _record(
-    real: Trajectory, sim: Trajectory, real_path: str, sim_path: str, config: CompareConfig | None
-) -> Any:
+def _record(real: Trajectory, sim: Trajectory, compared: list[DiffRow], real_path: str) -> Any:
     from fidelity.compare.base import StepComparison
     from fidelity.store import TimedObservation, TrajectoryRecord
 
-    rows = {row.step: row for row in diff_trajectories(real, sim, real_path, sim_path, config)}
+    rows = {row.step: row for row in compared}
     depth = max(rows)
     real_obs = _observations(real, real_path, depth)
     sim_obs = [

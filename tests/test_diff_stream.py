@@ -213,3 +213,44 @@ def test_unstyled_json_output_is_what_rich_prints(capsys: pytest.CaptureFixture[
     Console(file=expected, highlight=False, soft_wrap=True).print_json(text)
     cli._print_json(text)
     assert capsys.readouterr().out == expected.getvalue()
+
+
+def test_cli_diff_db_compares_each_pair_once_and_writes_nothing_on_a_bad_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diff --db`` stores the run and prints the same rows, comparing every pair once."""
+    from typer.testing import CliRunner
+
+    from fidelity import diffing
+    from fidelity.cli import app
+    from fidelity.store import Store
+
+    real, sim = recordings(tmp_path)
+    compared: list[str] = []
+    original = diffing.diff_trajectories
+
+    def counted(real_t: Trajectory, *args: object, **kwargs: object) -> list[diffing.DiffRow]:
+        compared.append(real_t.id)
+        return original(real_t, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(diffing, "diff_trajectories", counted)
+    runner = CliRunner()
+    db = tmp_path / "f.duckdb"
+    result = runner.invoke(app, ["diff", str(real), str(sim), "--db", str(db), "-f", "jsonl"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == GOLDEN.read_text().splitlines()
+    assert sorted(compared) == [f"t-{t:02d}" for t in range(12)]  # once each
+    with Store(db, read_only=True) as store:
+        (run,) = store.list_runs()
+        assert run["status"] == "done"
+        assert sorted(store.real_observations(run["run_id"])) == sorted(set(compared))
+    as_json = runner.invoke(app, ["diff", str(real), str(sim), "--db", str(db), "-f", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == json.loads(whole_file_diff(real, sim).model_dump_json())
+    bad = tmp_path / "bad.jsonl"  # the last line is bad: found before anything is written
+    bad.write_text(sim.read_text() + "{not json\n")
+    fresh = tmp_path / "new.duckdb"
+    refused = runner.invoke(app, ["diff", str(real), str(bad), "--db", str(fresh), "-f", "jsonl"])
+    assert refused.exit_code == 2
+    assert "bad.jsonl:14: invalid JSON" in refused.stderr
+    assert refused.stdout == "" and not fresh.exists()
