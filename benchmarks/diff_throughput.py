@@ -7,8 +7,8 @@ in its own process and in the same run:
 
 - **fidelity**: ``python -m fidelity diff REAL SIM --format jsonl`` to
   ``/dev/null`` (streaming: parse, pair by id, compare, print each row);
-- **whole**: the same with ``--format json``, which still loads every row
-  before printing (the pre-streaming memory profile);
+- **json**: the same with ``--format json`` (one indented JSON document, written
+  row by row as well);
 - **naive**: this script's ``--naive`` mode: both files loaded whole with
   ``json.loads``, ``difflib.SequenceMatcher(None, real, sim).ratio()`` per
   step, one JSON line per step to ``/dev/null``.
@@ -198,7 +198,7 @@ def main() -> None:
             cli = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "--format"]
             for way, command in (
                 ("fidelity", [*cli, "jsonl"]),
-                ("whole", [*cli, "json"]),
+                ("json", [*cli, "json"]),
                 ("naive", [sys.executable, __file__, "--naive", str(real), str(sim)]),
             ):
                 cpu, rss = timed(command)

@@ -615,7 +615,14 @@ def diff(
 ) -> None:
     """Compare two recordings of the same actions step by step."""
     from fidelity.compare import load_compare_config
-    from fidelity.diffing import DiffResult, DiffRow, DiffStream, diff_files, store_diff
+    from fidelity.diffing import (
+        DiffResult,
+        DiffRow,
+        DiffStream,
+        diff_files,
+        json_chunks,
+        store_diff,
+    )
     from fidelity.errors import UsageError
 
     if fmt not in {"table", "jsonl", "json"}:
@@ -635,6 +642,10 @@ def diff(
     elif fmt == "jsonl":  # streamed: memory flat in the files' size
         for row in DiffStream(real, sim, config):
             write_rows([row])
+        return
+    elif fmt == "json" and not _styled():  # streamed too, the same bytes
+        sys.stdout.writelines(json_chunks(DiffStream(real, sim, config)))
+        sys.stdout.write("\n")
         return
     else:
         result = diff_files(real, sim, config)
@@ -1144,10 +1155,15 @@ def _print_json(text: str) -> None:
     rows of a 10,000-step diff); with no terminal and no colour there is nothing
     to style, and its output is ``json.dumps(..., indent=2, ensure_ascii=False)``.
     """
-    if out.is_terminal or out.color_system is not None:
+    if _styled():
         out.print_json(text)
         return
     sys.stdout.write(json.dumps(json.loads(text), indent=2, ensure_ascii=False) + "\n")
+
+
+def _styled() -> bool:
+    """True when rich would style stdout (a terminal, or colour forced)."""
+    return out.is_terminal or out.color_system is not None
 
 
 def _render_diff(result: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
@@ -110,6 +111,30 @@ class DiffStream:
             for trajectory_id in unpaired:  # validated like every other line
                 _read_at(sim_file, self.sim_path, *index[trajectory_id], trajectory_id)
         self.only_real, self.only_sim = sorted(only_real), unpaired
+
+
+def json_chunks(stream: DiffStream) -> Iterator[str]:
+    """``fidelity diff --format json`` as it streams: the text of the :class:`DiffResult`.
+
+    Byte for byte ``json.dumps(result, indent=2, ensure_ascii=False)`` of what
+    :func:`diff_files` returns, written one row at a time, so memory stays flat
+    in the files' size (``only_real`` and ``only_sim`` come last, once known).
+    """
+    yield '{\n  "rows": ['
+    separator = "\n"
+    for row in stream:
+        yield separator + textwrap.indent(_indented(row.model_dump_json()), "    ")
+        separator = ",\n"
+    yield ("\n  ]" if separator != "\n" else "]") + ",\n"
+    only = (("only_real", stream.only_real), ("only_sim", stream.only_sim))
+    yield ",\n".join(
+        f'  "{key}": ' + _indented(json.dumps(ids)).replace("\n", "\n  ") for key, ids in only
+    )
+    yield "\n}"
+
+
+def _indented(text: str) -> str:
+    return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
 
 
 @contextmanager

@@ -254,3 +254,30 @@ def test_cli_diff_db_compares_each_pair_once_and_writes_nothing_on_a_bad_line(
     assert refused.exit_code == 2
     assert "bad.jsonl:14: invalid JSON" in refused.stderr
     assert refused.stdout == "" and not fresh.exists()
+
+
+def test_json_output_streams_the_bytes_of_the_whole_result(tmp_path: Path) -> None:
+    """``--format json`` is written row by row, byte for byte the indented whole result."""
+    from typer.testing import CliRunner
+
+    from fidelity.cli import app
+    from fidelity.diffing import json_chunks
+
+    def whole(real: Path, sim: Path) -> str:
+        result = diff_files(real, sim).model_dump_json()
+        return json.dumps(json.loads(result), indent=2, ensure_ascii=False)
+
+    real, sim = recordings(tmp_path)
+    lines = real.read_text().splitlines()
+    cases = {"mixed": (real, sim)}
+    for name, kept in (("no-shared-id", lines[-1:]), ("all-shared", lines[:-1])):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("\n".join(kept) + "\n")
+        cases[name] = (path, sim if name == "no-shared-id" else path)
+    for name, (a, b) in cases.items():
+        assert "".join(json_chunks(DiffStream(a, b))) == whole(a, b), name
+    assert json.loads(whole(*cases["no-shared-id"]))["rows"] == []
+    assert json.loads(whole(*cases["all-shared"]))["only_real"] == []
+    printed = CliRunner().invoke(app, ["diff", str(real), str(sim), "--format", "json"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout == whole(real, sim) + "\n"
