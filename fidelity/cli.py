@@ -638,6 +638,8 @@ def diff(
             real, sim, store_db, config, on_rows=write_rows if fmt == "jsonl" else held.extend
         )
         err.print(f"stored as run {stored.run_id} in {_escape(stored.db)}")
+        if fmt == "jsonl":
+            return
         result = DiffResult(rows=held, only_real=stored.only_real, only_sim=stored.only_sim)
     elif fmt == "jsonl":  # streamed: memory flat in the files' size
         for row in DiffStream(real, sim, config):
@@ -649,8 +651,6 @@ def diff(
         return
     else:
         result = diff_files(real, sim, config)
-    if fmt == "jsonl":
-        return
     if fmt == "json":
         _print_json(result.model_dump_json())
     else:

@@ -209,14 +209,12 @@ def scan_dataset(
     prompts: set[str] = set()
     modes: set[str] = set()
     read = 0
-    confiners: dict[int, PathConfiner] = {}
+    confiner: PathConfiner | None = None  # one per shard: its folder and roots resolved once
     for position, line in enumerate(dataset_lines(source)):
         trajectory = line.parse()
         _require_observations(trajectory, str(line.path), line.number)
-        confiner = confiners.get(line.shard)
-        if confiner is None:  # one per shard: its folder and the roots resolved once
-            confiners.clear()
-            confiner = confiners[line.shard] = PathConfiner(line.path, allowed_roots)
+        if confiner is None or confiner.path != str(line.path):
+            confiner = PathConfiner(line.path, allowed_roots)
         confiner.confine(trajectory, line.number)
         ids.add(trajectory.id)
         domains.add(trajectory.domain.value)

@@ -121,20 +121,19 @@ def json_chunks(stream: DiffStream) -> Iterator[str]:
     in the files' size (``only_real`` and ``only_sim`` come last, once known).
     """
     yield '{\n  "rows": ['
-    separator = "\n"
+    rows = 0
     for row in stream:
-        yield separator + textwrap.indent(_indented(row.model_dump_json()), "    ")
-        separator = ",\n"
-    yield ("\n  ]" if separator != "\n" else "]") + ",\n"
+        # through json.loads, as the whole result is: the floats print as Python writes them
+        indented = json.dumps(json.loads(row.model_dump_json()), indent=2, ensure_ascii=False)
+        yield (",\n" if rows else "\n") + textwrap.indent(indented, "    ")
+        rows += 1
+    yield ("\n  ]" if rows else "]") + ",\n"
     only = (("only_real", stream.only_real), ("only_sim", stream.only_sim))
     yield ",\n".join(
-        f'  "{key}": ' + _indented(json.dumps(ids)).replace("\n", "\n  ") for key, ids in only
+        f'  "{key}": ' + json.dumps(ids, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        for key, ids in only
     )
     yield "\n}"
-
-
-def _indented(text: str) -> str:
-    return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
 
 
 @contextmanager

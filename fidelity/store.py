@@ -421,22 +421,21 @@ class RecordBuffer:
         a half-built record anywhere)."""
         records = self.pending
         self._last = time.monotonic()
-        if not records and self._writer is None:
+        if not records:  # nothing to hand over (flush still waits for the write in flight)
             return
         rows, now = _Batch(), _now()
         for record in records:
             rows.add_record(record, now)
         if self._writer is not None:
             self.written += self._writer.wait()
-        if records:
-            ids = [record.trajectory.id for record in records]
-            store = self.store
-            cursor = store.stage_rows(self.run_id, ids, rows)
-            if self._writer is None:
-                store.commit_rows(cursor)
-                self.written += len(ids)
-            else:
-                self._writer.start(len(ids), lambda: store.commit_rows(cursor))
+        ids = [record.trajectory.id for record in records]
+        store = self.store
+        cursor = store.stage_rows(self.run_id, ids, rows)
+        if self._writer is None:
+            store.commit_rows(cursor)
+            self.written += len(ids)
+        else:
+            self._writer.start(len(ids), lambda: store.commit_rows(cursor))
         # emptied once handed over: an interrupt just before writes a batch twice at worst,
         # which replaces its rows (a write deletes a trajectory's rows before inserting them)
         self.pending, self.pending_steps = [], 0
