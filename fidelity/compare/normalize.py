@@ -391,12 +391,30 @@ class _Pass:
 
 
 def _guard(literals: tuple[str, ...]) -> Callable[[str], bool] | None:
-    """A fast "does any literal occur" test (``str.__contains__`` for one literal)."""
+    """A fast "does any literal occur" test (``str.__contains__`` for one literal).
+
+    Literals that are case variants of each other (``pid``, ``PID``, ``Pid``…)
+    are looked for once each in the lowercased text: one ``lower()`` costs about
+    half a substring search, so this pays from two spared searches on. It is
+    looser, never stricter: an ASCII literal in the text is, lowercased, in the
+    lowercased text.
+    """
     if not literals:
         return None
     if len(literals) == 1:
         literal = literals[0]
         return lambda text: literal in text
+    lowered = tuple(dict.fromkeys(literal.lower() for literal in literals))
+    if all(literal.isascii() for literal in literals) and len(literals) - len(lowered) >= 2:
+
+        def any_lowered(text: str) -> bool:
+            text = text.lower()
+            for literal in lowered:  # noqa: SIM110 - a loop beats any() on a generator here
+                if literal in text:
+                    return True
+            return False
+
+        return any_lowered
 
     def any_literal(text: str) -> bool:
         for literal in literals:  # noqa: SIM110 - a loop beats any() on a generator here
