@@ -36,12 +36,13 @@ import heapq
 import itertools
 import json
 import os
+import shutil
 import tempfile
 from array import array
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,6 +54,7 @@ from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.executors import ExecutorConfig, get_executor
 from fidelity.formats.dataset import lines as dataset_lines
+from fidelity.formats.dataset import shard_lines
 from fidelity.formats.dataset import shards as dataset_shards
 from fidelity.formats.jsonl import PathConfiner, confine_paths
 from fidelity.gate import Policy, Verdict, evaluate, horizon_limit
@@ -61,6 +63,8 @@ from fidelity.sandboxes import backend_for, sandbox_config
 from fidelity.sandboxes.base import close_all
 from fidelity.store import RecordBuffer, Store
 from fidelity.task import TrajectoryTask, recorded_mode
+
+T = TypeVar("T")
 
 DEFAULT_SAMPLE = 200
 _LENGTH_BUCKETS = (1, 3, 6, 11, 21, 51)  # lower bounds of trajectory-length strata
@@ -160,25 +164,38 @@ def gate_dataset(options: GateOptions, policy: Policy) -> Manifest:
     replays them; pass 3 writes every trajectory to ``admitted.jsonl`` or
     ``quarantined.jsonl`` as it is decided. Memory stays flat in the size of
     the dataset (the sample and a few counters are held, never the dataset).
+
+    Each pass works shard by shard; with ``executor="ray"`` the shards of each
+    pass are read at once by Ray tasks across the cluster (every node must see
+    the dataset and the output folder at the same paths), and the driver
+    merges what they learned and concatenates the files they wrote, in shard
+    order: the outputs are byte for byte those of a local gate.
     """
-    scan = scan_dataset(options.dataset, options.sample, options.seed, options.allowed_roots)
+    scan = scan_dataset(
+        options.dataset,
+        options.sample,
+        options.seed,
+        options.allowed_roots,
+        ray_address=options.ray_address if options.executor == "ray" else _LOCAL,
+    )
     domain = scan.domain
     run_id = options.run_id or new_run_id()
     limit = horizon_limit(policy, domain, DEFAULT_HORIZON_LIMIT)
     with Store(options.db) as store:
         store.start_run(run_id, _run_info(options, scan))
-        _verify(
-            store,
-            run_id,
-            list(_sampled(options.dataset, scan, options.allowed_roots)),
-            options,
-            domain,
-        )
+        _verify(store, run_id, _sampled(scan, options), options, domain)
         store.finish_run(run_id, "done")
         summary = summarize(store, run_id, limit, worst=0, detail=False)
         horizons = trajectory_horizons(store, run_id)
     verdict = evaluate(summary, policy)
     return _write(options, policy, scan, horizons, verdict, summary.totals.trust_horizon, run_id)
+
+
+class ShardInfo(BaseModel):
+    """One shard of a scanned dataset."""
+
+    path: Path
+    trajectories: int
 
 
 class Scan(BaseModel):
@@ -192,74 +209,190 @@ class Scan(BaseModel):
     modes: list[str]
     sha256: str
     bytes_read: int
+    shards: list[ShardInfo] = Field(description="every shard, in order, and its trajectories")
+
+
+_LOCAL = "local"
+"""``ray_address`` of a pass that runs here, shard after shard (not on a Ray cluster)."""
 
 
 def scan_dataset(
-    source: Path, size: int | None, seed: int, allowed_roots: Sequence[Path] = ()
+    source: Path,
+    size: int | None,
+    seed: int,
+    allowed_roots: Sequence[Path] = (),
+    *,
+    ray_address: str | None = _LOCAL,
 ) -> Scan:
     """Pass 1: validate every trajectory, check one domain and observations, draw the sample.
 
     Paths are checked here too (untrusted input: ``env.workdir`` and ``@setup`` must stay
     inside the shard's folder or *allowed_roots*), so a bad one fails before any write.
+    Shards are scanned one after the other here (the first error stops the scan), or
+    all at once on the Ray cluster at *ray_address* (None: a local one); either way
+    the first error in dataset order is the one raised.
     """
-    sampler = StratifiedSampler(size, seed)
-    ids = IdIndex()
-    domains: set[str] = set()
-    models: dict[str, dict[str, Any]] = {}
-    prompts: set[str] = set()
-    modes: set[str] = set()
-    read = 0
-    confiner: PathConfiner | None = None  # one per shard: its folder and roots resolved once
-    for position, line in enumerate(dataset_lines(source)):
-        trajectory = line.parse()
-        _require_observations(trajectory, str(line.path), line.number)
-        if confiner is None or confiner.path != str(line.path):
-            confiner = PathConfiner(line.path, allowed_roots)
-        confiner.confine(trajectory, line.number)
-        ids.add(trajectory.id)
-        domains.add(trajectory.domain.value)
-        if len(domains) > 1:
-            raise UsageError(
-                f"{line.path}:{line.number}: mixed domains ({', '.join(sorted(domains))}); "
-                "use one domain per dataset"
-            )
-        sampler.add(position, trajectory.domain.value, len(trajectory.steps))
-        described = _world_model(trajectory)
-        models.setdefault(json.dumps(described, sort_keys=True, default=str), described)
-        if (found := _prompts_hash(trajectory)) is not None:
-            prompts.add(found)
-        modes.add(recorded_mode(trajectory))
-        read += len(line.text)
-    if sampler.total == 0:
-        raise InputFormatError(str(source), None, None, "no trajectories in dataset")
-    if (hashed := ids.duplicate()) is not None:
-        raise _duplicate_error(source, hashed)
-    domain = pipeline.check_domain(next(iter(domains))).value
-    return Scan(
-        domain=domain,
-        trajectories=sampler.total,
-        chosen=sampler.chosen(),
-        world_models=[models[k] for k in sorted(models)],
-        prompts_hashes=sorted(prompts),
-        modes=sorted(modes),
-        sha256=_sha256(source),
-        bytes_read=read,
+    paths = dataset_shards(source)
+    calls = [(index, path, size, seed, tuple(allowed_roots)) for index, path in enumerate(paths)]
+    scans = (
+        (scan_shard(*call) for call in calls)
+        if ray_address == _LOCAL
+        else _on_cluster(scan_shard, calls, ray_address)
     )
+    merged = _ScanMerge(size, seed)
+    for shard in scans:
+        merged.add(shard)
+    return merged.scan(source, paths)
 
 
-def _sampled(source: Path, scan: Scan, allowed_roots: Sequence[Path]) -> Iterator[Trajectory]:
-    """Pass 2: the sampled trajectories (only their lines are parsed), paths resolved."""
-    wanted = set(scan.chosen)
-    for position, line in enumerate(dataset_lines(source)):
-        if position in wanted:
-            yield from confine_paths([(line.number, line.parse())], line.path, allowed_roots)
+class ShardScan:
+    """What pass 1 learned about one shard (or how far it got before its first error)."""
+
+    def __init__(self, index: int, path: Path, size: int | None, seed: int) -> None:
+        self.index = index
+        self.path = path
+        self.sampler = StratifiedSampler(size, seed)
+        self.ids = IdIndex()
+        self.first_of_domain: dict[str, int] = {}  # domain -> the line it first appears on
+        self.models: dict[str, dict[str, Any]] = {}
+        self.prompts: set[str] = set()
+        self.modes: set[str] = set()
+        self.bytes_read = 0
+        self.sha256 = ""
+        self.failure: UsageError | None = None
+
+
+def scan_shard(
+    index: int, path: Path, size: int | None, seed: int, allowed_roots: Sequence[Path]
+) -> ShardScan:
+    """Pass 1 over one shard (on this machine or a Ray worker); stops at its first bad line."""
+    shard = ShardScan(index, path, size, seed)
+    confiner = PathConfiner(path, allowed_roots)  # the folder and roots resolved once
+    try:
+        for position, line in enumerate(shard_lines(index, path)):
+            trajectory = line.parse()
+            _require_observations(trajectory, str(line.path), line.number)
+            confiner.confine(trajectory, line.number)
+            shard.ids.add(trajectory.id)
+            domain = trajectory.domain.value
+            shard.first_of_domain.setdefault(domain, line.number)
+            shard.sampler.add(position, domain, len(trajectory.steps), trajectory.id)
+            described = _world_model(trajectory)
+            shard.models.setdefault(json.dumps(described, sort_keys=True, default=str), described)
+            if (found := _prompts_hash(trajectory)) is not None:
+                shard.prompts.add(found)
+            shard.modes.add(recorded_mode(trajectory))
+            shard.bytes_read += len(line.text)
+    except UsageError as exc:  # handed to the driver, which raises the first in dataset order
+        shard.failure = exc
+        return shard
+    shard.sha256 = _file_sha256(path)
+    return shard
+
+
+class _ScanMerge:
+    """Shard scans added in shard order, merged into one :class:`Scan`; raises the first error."""
+
+    def __init__(self, size: int | None, seed: int) -> None:
+        self.sampler = StratifiedSampler(size, seed)
+        self.ids = IdIndex()
+        self.domains: set[str] = set()
+        self.models: dict[str, dict[str, Any]] = {}
+        self.prompts: set[str] = set()
+        self.modes: set[str] = set()
+        self.bytes_read = 0
+        self.shards: list[ShardInfo] = []
+        self.digests: list[str] = []
+
+    def add(self, shard: ShardScan) -> None:
+        """Merge *shard*; raise its error, or a second domain, at the first line it occurs."""
+        for domain, number in shard.first_of_domain.items():  # lines before any failure
+            self.domains.add(domain)
+            if len(self.domains) > 1:
+                raise UsageError(
+                    f"{shard.path}:{number}: mixed domains ({', '.join(sorted(self.domains))}); "
+                    "use one domain per dataset"
+                )
+        if shard.failure is not None:
+            raise shard.failure
+        self.sampler.absorb(shard.sampler, offset=self.sampler.total)
+        self.ids.absorb(shard.ids)
+        for key, described in shard.models.items():
+            self.models.setdefault(key, described)
+        self.prompts |= shard.prompts
+        self.modes |= shard.modes
+        self.bytes_read += shard.bytes_read
+        self.shards.append(ShardInfo(path=shard.path, trajectories=shard.sampler.total))
+        self.digests.append(shard.sha256)
+
+    def scan(self, source: Path, paths: Sequence[Path]) -> Scan:
+        """The merged scan of every shard; raises for an empty dataset or a duplicate id."""
+        if self.sampler.total == 0:
+            raise InputFormatError(str(source), None, None, "no trajectories in dataset")
+        if (hashed := self.ids.duplicate()) is not None:
+            raise _duplicate_error(source, hashed)
+        return Scan(
+            domain=pipeline.check_domain(next(iter(self.domains))).value,
+            trajectories=self.sampler.total,
+            chosen=self.sampler.chosen(),
+            world_models=[self.models[k] for k in sorted(self.models)],
+            prompts_hashes=sorted(self.prompts),
+            modes=sorted(self.modes),
+            sha256=_dataset_sha256(paths, self.digests),
+            bytes_read=self.bytes_read,
+            shards=self.shards,
+        )
+
+
+def _on_cluster(
+    function: Callable[..., T], calls: Sequence[tuple[Any, ...]], ray_address: str | None
+) -> list[T]:
+    from fidelity.executors.ray import map_on_cluster
+
+    return map_on_cluster(function, calls, ray_address)
+
+
+def _per_shard(scan: Scan) -> Iterator[tuple[int, ShardInfo, int]]:
+    """``(shard index, shard, position of its first trajectory in the dataset)``."""
+    offset = 0
+    for index, shard in enumerate(scan.shards):
+        yield index, shard, offset
+        offset += shard.trajectories
+
+
+def _sampled(scan: Scan, options: GateOptions) -> list[Trajectory]:
+    """Pass 2: the sampled trajectories, in dataset order (only their lines are parsed)."""
+    chosen = sorted(scan.chosen)
+    calls = []
+    for index, shard, offset in _per_shard(scan):
+        wanted = [p - offset for p in chosen if offset <= p < offset + shard.trajectories]
+        if wanted:
+            calls.append((index, shard.path, wanted, tuple(options.allowed_roots)))
+    if options.executor != "ray":
+        return [t for call in calls for t in sampled_in_shard(*call)]
+    return [t for part in _on_cluster(sampled_in_shard, calls, options.ray_address) for t in part]
+
+
+def sampled_in_shard(
+    index: int, path: Path, positions: Sequence[int], allowed_roots: Sequence[Path]
+) -> list[Trajectory]:
+    """The trajectories at *positions* (0-based, in order) of one shard, paths resolved."""
+    wanted = set(positions)
+    picked = [
+        (line.number, line.parse())
+        for position, line in enumerate(shard_lines(index, path))
+        if position in wanted
+    ]
+    return list(confine_paths(picked, path, allowed_roots))
 
 
 class StratifiedSampler:
     """A proportional stratified sample (by domain and length), drawn in one streaming pass.
 
-    Each position gets a seeded pseudo-random rank; every stratum keeps only its
-    *size* lowest ranks, so memory is bounded by strata × size, not the dataset.
+    Each trajectory gets a seeded pseudo-random rank from its id (so the sample
+    depends neither on the dataset's order nor on how it is sharded, and shards
+    can be sampled apart and merged); every stratum keeps only its *size* lowest
+    ranks, so memory is bounded by strata × size, not the dataset.
     """
 
     def __init__(self, size: int | None, seed: int) -> None:
@@ -269,16 +402,27 @@ class StratifiedSampler:
         self.counts: dict[tuple[str, int], int] = defaultdict(int)
         self.lowest: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
 
-    def add(self, position: int, domain: str, steps: int) -> None:
+    def add(self, position: int, domain: str, steps: int, trajectory_id: str) -> None:
         """Count one trajectory at *position* and keep it if it ranks low enough."""
         key = (domain, max(b for b in _LENGTH_BUCKETS if b <= max(1, steps)))
         self.total += 1
         self.counts[key] += 1
-        if self.size is None:
-            return
-        rank = _rank(self.seed, position)
+        if self.size is not None:
+            self._keep(key, _rank(self.seed, trajectory_id), position)
+
+    def absorb(self, other: StratifiedSampler, offset: int) -> None:
+        """Add the sampler of the next shard, whose positions start at *offset* here."""
+        self.total += other.total
+        for key, count in other.counts.items():
+            self.counts[key] += count
+        if self.size is not None:
+            for key, heap in other.lowest.items():
+                for negative, position in heap:
+                    self._keep(key, -negative, position + offset)
+
+    def _keep(self, key: tuple[str, int], rank: int, position: int) -> None:
         heap = self.lowest[key]  # a max-heap of (-rank, position)
-        if len(heap) < self.size:
+        if len(heap) < (self.size or 0):
             heapq.heappush(heap, (-rank, position))
         elif -heap[0][0] > rank:
             heapq.heapreplace(heap, (-rank, position))
@@ -314,12 +458,12 @@ def stratified_sample(trajectories: Sequence[Trajectory], size: int | None, seed
     """
     sampler = StratifiedSampler(size, seed)
     for index, trajectory in enumerate(trajectories):
-        sampler.add(index, trajectory.domain.value, len(trajectory.steps))
+        sampler.add(index, trajectory.domain.value, len(trajectory.steps), trajectory.id)
     return sampler.chosen()
 
 
-def _rank(seed: int, position: int) -> int:
-    digest = hashlib.blake2b(f"{seed}:{position}".encode(), digest_size=8).digest()
+def _rank(seed: int, trajectory_id: str) -> int:
+    digest = hashlib.blake2b(f"{seed}:{trajectory_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
 
@@ -332,6 +476,10 @@ class IdIndex:
     def add(self, trajectory_id: str) -> None:
         """Remember *trajectory_id*."""
         self._hashes.append(id_hash(trajectory_id))
+
+    def absorb(self, other: IdIndex) -> None:
+        """Remember the ids of *other* too."""
+        self._hashes.extend(other._hashes)
 
     def duplicate(self) -> int | None:
         """The hash of an id seen twice (None: every id is unique)."""
@@ -470,6 +618,9 @@ def _verified(
     )
 
 
+_OUTPUTS = ("admitted", "quarantined", "decisions")
+
+
 def _write(
     options: GateOptions,
     policy: Policy,
@@ -479,38 +630,35 @@ def _write(
     domain_horizon: int,
     run_id: str,
 ) -> Manifest:
-    """Pass 3: decide every trajectory and write it to its file as it is decided."""
+    """Pass 3: decide every trajectory and write it to its file as it is decided.
+
+    Each shard is written to its own part files (here, or by a Ray task), which
+    are then joined in shard order; the output files appear only once all are.
+    """
     out = options.output_dir
-    admitted_path, quarantined_path = out / "admitted.jsonl", out / "quarantined.jsonl"
-    decisions_path = out / "decisions.jsonl"
+    finals = {name: out / f"{name}.jsonl" for name in _OUTPUTS}
     minimum = max(1, policy.for_domain(verdict.domain).min_trust_horizon or 0)
-    counts = _Tally()
-    verified: list[Decision] = []
-    with (
-        _AtomicLines(admitted_path) as admitted,
-        _AtomicLines(quarantined_path) as quarantined,
-        _AtomicLines(decisions_path) as decided,
-    ):
-        for line in dataset_lines(options.dataset):
-            data = json.loads(line.text)
-            steps = data.get("steps") or []
-            decision = _decide(
-                str(data["id"]), len(steps), horizons, verdict, domain_horizon, minimum, options
-            )
-            counts.add(decision)
-            if decision.verified:
-                verified.append(decision)
-            decided.write(decision.model_dump_json())
-            meta = dict(data.get("meta") or {})
-            if decision.outcome == "admitted":
-                meta.update(gate_run_id=run_id, gate_verified=decision.verified)
-                if decision.steps_kept < decision.steps:
-                    meta.update(cut_at=decision.steps_kept, original_steps=decision.steps)
-                    data["steps"] = steps[: decision.steps_kept]
-                admitted.write(_dump({**data, "meta": meta}))
-            else:
-                meta["quarantine_reason"] = decision.reason
-                quarantined.write(_dump({**data, "meta": meta}))
+    out.mkdir(parents=True, exist_ok=True)
+    parts = Path(tempfile.mkdtemp(prefix=".gate-parts.", dir=out))
+    try:
+        calls = [
+            (index, shard.path, parts, horizons, verdict, domain_horizon, minimum, options, run_id)
+            for index, shard, _ in _per_shard(scan)
+        ]
+        written = (
+            [write_shard(*call) for call in calls]
+            if options.executor != "ray"
+            else _on_cluster(write_shard, calls, options.ray_address)
+        )
+        counts = _Tally()
+        verified: list[Decision] = []
+        for shard in written:
+            counts.absorb(shard.counts)
+            verified += shard.verified
+        for name, final in finals.items():
+            _join([shard.parts[name] for shard in written], final)
+    finally:
+        shutil.rmtree(parts)
     manifest = Manifest(
         dataset=str(options.dataset),
         dataset_sha256=scan.sha256,
@@ -529,13 +677,81 @@ def _write(
         domain_trust_horizon=domain_horizon,
         verdict=verdict,
         counts=counts.counts(),
-        admitted_path=str(admitted_path),
-        quarantined_path=str(quarantined_path),
-        decisions_path=str(decisions_path),
+        admitted_path=str(finals["admitted"]),
+        quarantined_path=str(finals["quarantined"]),
+        decisions_path=str(finals["decisions"]),
         decisions=verified,
     )
     _write_json(out / "manifest.json", manifest.model_dump_json(indent=2))
     return manifest
+
+
+class ShardWritten(BaseModel):
+    """What pass 3 wrote for one shard: its part files, counts and verified decisions."""
+
+    parts: dict[str, Path]
+    counts: dict[str, int]
+    verified: list[Decision]
+
+
+def write_shard(
+    index: int,
+    path: Path,
+    parts: Path,
+    horizons: dict[str, int],
+    verdict: Verdict,
+    domain_horizon: int,
+    minimum: int,
+    options: GateOptions,
+    run_id: str,
+) -> ShardWritten:
+    """Pass 3 over one shard: decide each trajectory, write it to this shard's part files."""
+    files = {name: parts / f"{name}.{index:06d}.jsonl" for name in _OUTPUTS}
+    counts = _Tally()
+    verified: list[Decision] = []
+    with (
+        files["admitted"].open("w", encoding="utf-8") as admitted,
+        files["quarantined"].open("w", encoding="utf-8") as quarantined,
+        files["decisions"].open("w", encoding="utf-8") as decided,
+    ):
+        for line in shard_lines(index, path):
+            data = json.loads(line.text)
+            steps = data.get("steps") or []
+            decision = _decide(
+                str(data["id"]), len(steps), horizons, verdict, domain_horizon, minimum, options
+            )
+            counts.add(decision)
+            if decision.verified:
+                verified.append(decision)
+            decided.write(decision.model_dump_json() + "\n")
+            meta = dict(data.get("meta") or {})
+            if decision.outcome == "admitted":
+                meta.update(gate_run_id=run_id, gate_verified=decision.verified)
+                if decision.steps_kept < decision.steps:
+                    meta.update(cut_at=decision.steps_kept, original_steps=decision.steps)
+                    data["steps"] = steps[: decision.steps_kept]
+                admitted.write(_dump({**data, "meta": meta}) + "\n")
+            else:
+                meta["quarantine_reason"] = decision.reason
+                quarantined.write(_dump({**data, "meta": meta}) + "\n")
+    return ShardWritten(parts=files, counts=counts.values, verified=verified)
+
+
+def _join(parts: Sequence[Path], final: Path) -> None:
+    """*final* made of *parts* in order (renamed into place once complete)."""
+    if len(parts) == 1:
+        os.replace(parts[0], final)
+        return
+    fd, temp = tempfile.mkstemp(prefix=f".{final.name}.", dir=final.parent)
+    try:
+        with os.fdopen(fd, "wb") as joined:
+            for part in parts:
+                with part.open("rb") as handle:
+                    shutil.copyfileobj(handle, joined, 1 << 20)
+        os.replace(temp, final)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -562,31 +778,12 @@ class _Tally:
         v["admitted_unverified"] += not d.verified
         v["steps_admitted"] += d.steps_kept
 
+    def absorb(self, values: dict[str, int]) -> None:
+        for key, value in values.items():
+            self.values[key] += value
+
     def counts(self) -> Counts:
         return Counts(**self.values)
-
-
-class _AtomicLines:
-    """A JSONL file written line by line to a temp file, renamed into place on success."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> _AtomicLines:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.temp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        self.handle = os.fdopen(fd, "w", encoding="utf-8")
-        return self
-
-    def write(self, line: str) -> None:
-        self.handle.write(line + "\n")
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        self.handle.close()
-        if kind is None:
-            os.replace(self.temp, self.path)
-        else:
-            Path(self.temp).unlink(missing_ok=True)
 
 
 def _world_model(trajectory: Trajectory) -> dict[str, Any]:
@@ -619,16 +816,16 @@ def _run_info(options: GateOptions, scan: Scan) -> dict[str, Any]:
     }
 
 
-def _sha256(source: Path) -> str:
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _dataset_sha256(paths: Sequence[Path], digests: Sequence[str]) -> str:
     """The SHA-256 of the dataset's one file, or of its shards' names and digests."""
-    paths = dataset_shards(source)
-    digests = []
-    for path in paths:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digests.append(digest.hexdigest())
     if len(paths) == 1:
         return digests[0]
     joined = "\n".join(f"{d}  {p.name}" for p, d in zip(paths, digests, strict=True))

@@ -48,6 +48,10 @@ class InputFormatError(UsageError):
         what = f"{field}: {reason}" if field else reason
         super().__init__(f"{where}: {what}")
 
+    def __reduce__(self) -> tuple[type[InputFormatError], tuple[str, int | None, str | None, str]]:
+        # pickled (a Ray worker's shard scan hands it to the driver) by its own arguments
+        return type(self), (self.path, self.line, self.field, self.reason)
+
 
 class UnknownDomainError(UsageError):
     """A domain fidelity does not know or does not support yet."""

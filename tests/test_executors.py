@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 import threading
@@ -16,8 +17,11 @@ from pydantic import ValidationError
 
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.compare import CompareConfig
-from fidelity.errors import UsageError
+from fidelity.dataset_gate import GateOptions, gate_dataset
+from fidelity.errors import InputFormatError, UsageError
 from fidelity.formats.jsonl import write_trajectories
+from fidelity.gate import load_policy
+from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.pipeline import SimConfig, load_suite, world_model_from_flags
 from fidelity.resources import default_suite
 from fidelity.sandboxes import REGISTRY, parse_sandbox_config, sandbox_config
@@ -169,3 +173,94 @@ def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, ray_cluster: str)
         ).fetchall()
         done = con.execute("SELECT count(*) FROM trajectories WHERE status = 'done'").fetchone()
     assert rows == [("t0", 2), ("t1", 2), ("t2", 2)] and done == (3,)
+
+
+# -- the dataset gate's passes over shards ------------------------------------------------------
+
+
+def _sharded_dataset(folder: Path, bad: dict[str, int] | None = None) -> Path:
+    """Three shards (one gzipped) of terminal trajectories; *bad* breaks shard: line."""
+    folder.mkdir()
+    ids = {"a.jsonl": range(0, 4), "b.jsonl.gz": range(4, 7), "c.jsonl": range(7, 10)}
+    for name, numbers in ids.items():
+        lines = [_simulated(i).model_dump_json() for i in numbers]
+        for shard, line in (bad or {}).items():
+            if shard == name:
+                lines[line - 1] = '{"id": "broken", "domain": "terminal"'
+        text = "".join(line + "\n" for line in lines)
+        if name.endswith(".gz"):
+            with gzip.open(folder / name, "wt") as handle:
+                handle.write(text)
+        else:
+            (folder / name).write_text(text)
+    return folder
+
+
+def _simulated(number: int) -> Trajectory:
+    """Two steps; the second simulated wrong in odd-numbered trajectories (cut at horizon 1)."""
+    seen = ("same\n", "other\n")[number % 2]
+    steps = [("echo t", "t\n"), ("echo same", seen)]
+    return Trajectory(
+        id=f"t{number}",
+        domain="terminal",
+        source="sim",
+        steps=[
+            Step(action=CommandAction(command=c), observation=Observation(text=t, exit_code=0))
+            for c, t in steps
+        ],
+        meta={"model": "toy", "mode": "open-loop"},
+    )
+
+
+def _gate_options(tmp_path: Path, dataset: Path, name: str, **extra: Any) -> GateOptions:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[default]\nmax_drift_rate = 0.9\n")
+    return GateOptions(
+        dataset=dataset,
+        policy_path=policy,
+        output_dir=tmp_path / name,
+        db=tmp_path / f"{name}.duckdb",
+        run_id="gate-run",
+        sample=4,
+        cut_at_horizon=True,
+        **extra,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_a_sharded_gate_on_ray_writes_the_files_of_a_local_gate(
+    tmp_path: Path, ray_cluster: str
+) -> None:
+    """Each pass reads the shards in Ray tasks; outputs are byte for byte the local ones."""
+    require_binary("bwrap", "apt-get install bubblewrap")
+    dataset = _sharded_dataset(tmp_path / "data")
+    local_options = _gate_options(tmp_path, dataset, "local")
+    local = gate_dataset(local_options, load_policy(local_options.policy_path))
+    ray_options = _gate_options(tmp_path, dataset, "ray", executor="ray", ray_address=ray_cluster)
+    remote = gate_dataset(ray_options, load_policy(ray_options.policy_path))
+    for name in ("admitted.jsonl", "quarantined.jsonl", "decisions.jsonl"):
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
+    assert remote.counts == local.counts and remote.counts.trajectories == 10
+    assert remote.counts.sampled == 4 and remote.counts.admitted_cut > 0
+    assert remote.decisions == local.decisions and remote.verdict == local.verdict
+    assert remote.dataset_sha256 == local.dataset_sha256
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == [
+        "admitted.jsonl",
+        "decisions.jsonl",
+        "manifest.json",
+        "quarantined.jsonl",
+    ]
+
+
+@pytest.mark.slow
+def test_a_sharded_scan_on_ray_raises_the_first_error_in_dataset_order(
+    tmp_path: Path, ray_cluster: str
+) -> None:
+    """Shards b (line 2) and c (line 1) are both broken: b's error, as locally; nothing written."""
+    dataset = _sharded_dataset(tmp_path / "data", bad={"b.jsonl.gz": 2, "c.jsonl": 1})
+    for name, extra in (("local", {}), ("ray", {"executor": "ray", "ray_address": ray_cluster})):
+        options = _gate_options(tmp_path, dataset, name, **extra)
+        with pytest.raises(InputFormatError, match=r"b\.jsonl\.gz:2: invalid JSON"):
+            gate_dataset(options, load_policy(options.policy_path))
+        assert not options.output_dir.exists() and not options.db.exists()

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fidelity.errors import UsageError
 from fidelity.executors.base import Executor, RecordCallback
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from fidelity.pipeline import Replayed
     from fidelity.store import TrajectoryRecord
     from fidelity.worldmodels.base import WorldModel
+
+T = TypeVar("T")
 
 LOCAL_OBJECT_STORE_BYTES = 100 * 1024 * 1024
 """Object store of a cluster this executor starts itself (records are small)."""
@@ -95,6 +97,29 @@ class RayExecutor(Executor):
             for ref in refs:
                 ray.cancel(ref, force=True)
             raise
+
+
+def map_on_cluster(
+    function: Callable[..., T], calls: Sequence[tuple[Any, ...]], address: str | None
+) -> list[T]:
+    """``[function(*args) for args in calls]``, each call a Ray task (one CPU), in call order.
+
+    For work that is not a trajectory task (the dataset gate's passes over
+    shards). A worker that dies is retried once by Ray; an error raised by a
+    call is raised here as an instance of its own class, the other calls
+    cancelled. *function* must be importable on every node.
+    """
+    ray = _connect(address)
+    remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(function)
+    refs = [remote.remote(*args) for args in calls]
+    try:
+        return list(ray.get(refs))
+    except BaseException as exc:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        if isinstance(exc, ray.exceptions.RayTaskError):
+            raise exc.as_instanceof_cause() from None
+        raise
 
 
 def _connect(address: str | None) -> Any:

@@ -67,21 +67,24 @@ def shards(source: str | os.PathLike[str]) -> list[Path]:
 def lines(source: str | os.PathLike[str]) -> Iterator[Line]:
     """Every non-blank, non-comment line of every shard of *source*, in order."""
     for index, path in enumerate(shards(source)):
-        if path.name.endswith(".parquet"):
-            yield from _parquet_rows(index, path)
-            continue
-        with _open_text(path) as handle:
-            try:
-                for number, text in enumerate(handle, start=1):
-                    # a line starting "{" (nearly all) is kept without copying it to strip it
-                    if text[:1] == "{" or (text.strip() and not text.lstrip().startswith("//")):
-                        yield Line(index, path, number, text)
-            except UnicodeDecodeError as exc:
-                raise InputFormatError(
-                    str(path), None, None, f"not UTF-8 text ({exc.reason})"
-                ) from exc
-            except (OSError, EOFError) as exc:
-                raise InputFormatError(str(path), None, None, f"cannot read ({exc})") from exc
+        yield from shard_lines(index, path)
+
+
+def shard_lines(index: int, path: Path) -> Iterator[Line]:
+    """Every non-blank, non-comment line of the shard *path* (number *index* of its dataset)."""
+    if path.name.endswith(".parquet"):
+        yield from _parquet_rows(index, path)
+        return
+    with _open_text(path) as handle:
+        try:
+            for number, text in enumerate(handle, start=1):
+                # a line starting "{" (nearly all) is kept without copying it to strip it
+                if text[:1] == "{" or (text.strip() and not text.lstrip().startswith("//")):
+                    yield Line(index, path, number, text)
+        except UnicodeDecodeError as exc:
+            raise InputFormatError(str(path), None, None, f"not UTF-8 text ({exc.reason})") from exc
+        except (OSError, EOFError) as exc:
+            raise InputFormatError(str(path), None, None, f"cannot read ({exc})") from exc
 
 
 def trajectories(source: str | os.PathLike[str]) -> Iterator[Trajectory]:
