@@ -10,10 +10,13 @@ beside it, in the same run, the naive way's figures on the smallest size:
 ``read_trajectories`` (the whole file as pydantic objects, what the gate did
 before) and a plain ``json.loads`` loop (the floor of any reader).
 
-Ends with an estimate, from these figures, of gating 1 TB with a
-10,000-trajectory sample on a 16-node cluster.
+Then the smallest size split into ``--shards`` shards is gated twice, with
+``--executor local`` and ``--executor ray`` (a Ray cluster of this machine's
+CPUs, started by the gate): each pass reads the shards in Ray tasks, so the
+ratio shows how reading spreads over cores. Ends with an estimate, from these
+figures, of gating 1 TB with a 10,000-trajectory sample on a 16-node cluster.
 
-    python benchmarks/gate_scale.py [--sizes 10000,100000] [--sample 20]
+    python benchmarks/gate_scale.py [--sizes 10000,100000] [--sample 20] [--shards 8]
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+JOIN_MB_S = 500
+"""Sequential copy rate assumed for the driver's join of 1 TB of outputs (shared storage)."""
+
+STORAGE_MB_S = 2000
+"""Aggregate read rate assumed for the cluster's shared storage (the shards' three passes)."""
 
 NAIVE_MAX = 100_000
 """The naive whole-file reader needs about 4x the file in memory: not run on larger sizes."""
@@ -60,7 +69,7 @@ def synthesize(path: Path, count: int, seed: int = 0) -> int:
     return path.stat().st_size
 
 
-def gate(dataset: Path, folder: Path, sample: int) -> tuple[float, float, int]:
+def gate(dataset: Path, folder: Path, sample: int, *extra: str) -> tuple[float, float, int]:
     """``fidelity gate`` in a fresh process: (seconds, peak RSS MiB of it, exit code)."""
     policy = folder / "policy.toml"
     policy.write_text("[default]\nmax_drift_rate = 0.99\n")
@@ -75,7 +84,7 @@ def gate(dataset: Path, folder: Path, sample: int) -> tuple[float, float, int]:
     command = [
         sys.executable, "-c", wrapper, "gate", str(dataset), "--policy", str(policy),
         "--sample", str(sample), "--db", str(folder / "gate.duckdb"),
-        "-o", str(folder / "out"), "--json",
+        "-o", str(folder / "out"), "--json", *extra,
     ]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -84,6 +93,61 @@ def gate(dataset: Path, folder: Path, sample: int) -> tuple[float, float, int]:
         raise SystemExit(f"fidelity gate failed ({done.returncode}): {done.stderr[-2000:]}")
     peak = int(done.stderr.split("PEAK_KIB")[-1].split()[0]) / 1024  # this process's own
     return elapsed, peak, done.returncode
+
+
+def shard(dataset: Path, folder: Path, count: int) -> None:
+    """Split *dataset* into *count* JSONL shards in *folder* (round-robin blocks of lines)."""
+    folder.mkdir()
+    lines = dataset.read_text(encoding="utf-8").splitlines(keepends=True)
+    per = -(-len(lines) // count)
+    for index in range(count):
+        (folder / f"part-{index:04d}.jsonl").write_text(
+            "".join(lines[index * per : (index + 1) * per]), encoding="utf-8"
+        )
+
+
+def sharded(size: int, shards: int, sample: int) -> float:
+    """Gate *size* trajectories in *shards* shards locally and on a Ray cluster of this
+    machine's CPUs (started by the gate); returns the Ray run's MB/s of dataset."""
+    import os
+
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        whole = folder / "whole.jsonl"
+        megabytes = synthesize(whole, size) / 1e6
+        shard(whole, folder / "shards", shards)
+        whole.unlink()
+        runs = {}
+        for way, extra in (("local", ()), ("ray", ("--executor", "ray"))):
+            (folder / way).mkdir()
+            seconds, peak, code = gate(folder / "shards", folder / way, sample, *extra)
+            runs[way] = seconds
+            print(
+                f"{size:>9,} trajectories in {shards} shards ({megabytes:6.1f} MB), --executor "
+                f"{way:5}: {seconds:6.1f} s, driver peak RSS {peak:5.0f} MiB, "
+                f"{megabytes / seconds:5.1f} MB/s, exit {code}",
+                flush=True,
+            )
+        join = time_join(folder / "local" / "out")
+        print(
+            f"    ray/local: {runs['local'] / runs['ray']:.2f}x faster on {os.cpu_count()} CPUs "
+            f"(each pass reads the shards in Ray tasks); the driver's join of the outputs "
+            f"copies {join:.0f} MB/s"
+        )
+        return megabytes / runs["ray"]
+
+
+def time_join(out: Path) -> float:
+    """MB/s of a byte copy of the gate's outputs (what the driver does after pass 3 on Ray)."""
+    files = [out / f"{name}.jsonl" for name in ("admitted", "quarantined", "decisions")]
+    total = sum(f.stat().st_size for f in files) / 1e6
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as sink:
+        for path in files:
+            with path.open("rb") as handle:
+                while block := handle.read(1 << 20):
+                    sink.write(block)
+    return total / max(time.perf_counter() - started, 1e-9)
 
 
 def naive(dataset: Path) -> None:
@@ -113,6 +177,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated counts")
     parser.add_argument("--sample", type=int, default=20)
+    parser.add_argument(
+        "--shards", type=int, default=8, help="shards of the local-vs-Ray run (0: skip it)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rates = []
@@ -136,14 +203,25 @@ def main() -> None:
             elif index == 0:
                 print(f"    naive: not run above {NAIVE_MAX:,} trajectories (it holds the file)")
     per_mb, seconds, size = rates[-1]
+    if args.shards:
+        sharded(sizes[0], args.shards, args.sample)
     replay_per_trajectory = 1.0  # seconds, a terminal trajectory in bubblewrap (README figure)
-    tb_seconds = 1e6 / per_mb
-    replay_seconds = 10_000 * replay_per_trajectory / (16 * 16)
+    cores = 16 * 16
+    # each core gates its shards at one process's rate, unless shared storage cannot keep up
+    # with 3 passes' reads at once
+    read_seconds = max(1e6 / (per_mb * cores), 3e6 / STORAGE_MB_S)
+    join_seconds = 1e6 / JOIN_MB_S
+    replay_seconds = 10_000 * replay_per_trajectory / cores
     print(
-        f"estimate, 1 TB with a 10,000-trajectory sample on 16 nodes x 16 cores: reading "
-        f"{tb_seconds / 3600:.1f} h at {per_mb:.1f} MB/s of dataset (the driver streams the "
-        f"3 passes) + replaying ~{replay_seconds / 60:.0f} min (10,000 x "
-        f"{replay_per_trajectory:.0f} s over 256 Ray workers): reading dominates"
+        f"estimate, 1 TB with a 10,000-trajectory sample on 16 nodes x 16 cores, in shards of "
+        f"a few GB: the 3 passes read the shards in Ray tasks at {per_mb:.1f} MB/s a core "
+        f"(one process's rate above), capped by shared storage at {STORAGE_MB_S} MB/s "
+        f"(assumed; 3 TB read) = {read_seconds / 60:.0f} min, + the driver joining "
+        f"~1 TB of outputs at {JOIN_MB_S} MB/s (a disk's sequential copy, assumed) = "
+        f"{join_seconds / 60:.0f} min, + replaying ~{replay_seconds / 60:.0f} min (10,000 x "
+        f"{replay_per_trajectory:.0f} s over {cores} workers): about "
+        f"{(read_seconds + join_seconds + replay_seconds) / 3600:.1f} h "
+        f"(one driver streaming every pass: {1e6 / per_mb / 3600:.1f} h)"
     )
 
 
