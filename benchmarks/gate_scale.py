@@ -22,6 +22,7 @@ figures, of gating 1 TB with a 10,000-trajectory sample on a 16-node cluster.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import subprocess
@@ -96,14 +97,18 @@ def gate(dataset: Path, folder: Path, sample: int, *extra: str) -> tuple[float, 
 
 
 def shard(dataset: Path, folder: Path, count: int) -> None:
-    """Split *dataset* into *count* JSONL shards in *folder* (round-robin blocks of lines)."""
+    """Split *dataset* into *count* JSONL shards in *folder* (consecutive blocks of lines).
+
+    Streamed: a child process forked from this one reports this one's peak RSS as its own
+    (Linux keeps it across exec), so this process must never hold the dataset."""
     folder.mkdir()
-    lines = dataset.read_text(encoding="utf-8").splitlines(keepends=True)
-    per = -(-len(lines) // count)
-    for index in range(count):
-        (folder / f"part-{index:04d}.jsonl").write_text(
-            "".join(lines[index * per : (index + 1) * per]), encoding="utf-8"
-        )
+    with dataset.open(encoding="utf-8") as handle:
+        total = sum(1 for _ in handle)
+    per = -(-total // count)
+    with dataset.open(encoding="utf-8") as handle:
+        for index in range(count):
+            with (folder / f"part-{index:04d}.jsonl").open("w", encoding="utf-8") as part:
+                part.writelines(itertools.islice(handle, per))
 
 
 def sharded(size: int, shards: int, sample: int) -> float:
