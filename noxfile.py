@@ -107,7 +107,11 @@ BENCHMARK_ARGS: dict[str, list[str]] = {
     "swe_pool.py": ["--runs", "2", "--rounds", "1", "--max-concurrency", "2"],
     "web_devset.py": ["--cache", ".nox/benchmarks/replays"],  # two web replays, kept
 }
-BENCHMARK_MODULES = {"compare_devset.py", "replay_cli.py"}  # imported by the scripts, not run
+BENCHMARK_MODULES = {
+    "child_usage.py",
+    "compare_devset.py",
+    "replay_cli.py",
+}  # imported by the scripts, not run
 
 
 @nox.session

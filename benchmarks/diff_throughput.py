@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from child_usage import run_measured
 from compare_throughput import build_pairs
 
 from fidelity.formats.jsonl import write_trajectories
@@ -85,13 +86,12 @@ def naive(real_path: str, sim_path: str) -> None:
 
 
 def timed(command: list[str]) -> tuple[float, float]:
-    """``(CPU seconds, peak RSS MiB)`` of *command* run to completion, stdout to /dev/null."""
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = status
-    if status != 0:
-        raise SystemExit(f"{' '.join(command[:5])} failed (status {status})")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    """``(CPU seconds, peak RSS MiB)`` of *command* run to completion, stdout to /dev/null
+    (the peak its own, not this process's: see ``child_usage``)."""
+    usage = run_measured(command, stdout=subprocess.DEVNULL)
+    if usage.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:5])} failed (exit code {usage.returncode})")
+    return usage.cpu, usage.peak_mib
 
 
 def startup_cpu(folder: Path, depth: int, seed: int) -> float:

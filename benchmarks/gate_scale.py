@@ -31,6 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from child_usage import run_measured
+
 JOIN_MB_S = 500
 """Sequential copy rate assumed for the driver's join of 1 TB of outputs (shared storage)."""
 
@@ -71,36 +75,24 @@ def synthesize(path: Path, count: int, seed: int = 0) -> int:
 
 
 def gate(dataset: Path, folder: Path, sample: int, *extra: str) -> tuple[float, float, int]:
-    """``fidelity gate`` in a fresh process: (seconds, peak RSS MiB of it, exit code)."""
+    """``fidelity gate`` in a fresh process: (seconds, its own peak RSS MiB, exit code)."""
     policy = folder / "policy.toml"
     policy.write_text("[default]\nmax_drift_rate = 0.99\n")
-    wrapper = (
-        "import atexit, resource, sys\n"
-        "atexit.register(lambda: print('PEAK_KIB', resource.getrusage(resource.RUSAGE_SELF)"
-        ".ru_maxrss, file=sys.stderr))\n"
-        "from fidelity.cli import main\n"
-        "sys.argv = ['fidelity', *sys.argv[1:]]\n"
-        "main()\n"
-    )
     command = [
-        sys.executable, "-c", wrapper, "gate", str(dataset), "--policy", str(policy),
+        sys.executable, "-m", "fidelity", "gate", str(dataset), "--policy", str(policy),
         "--sample", str(sample), "--db", str(folder / "gate.duckdb"),
         "-o", str(folder / "out"), "--json", *extra,
     ]  # fmt: skip
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - started
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"fidelity gate failed ({done.returncode}): {done.stderr[-2000:]}")
-    peak = int(done.stderr.split("PEAK_KIB")[-1].split()[0]) / 1024  # this process's own
-    return elapsed, peak, done.returncode
+    usage = run_measured(command, stdout=subprocess.DEVNULL)
+    if usage.returncode not in (0, 1):
+        raise SystemExit(f"fidelity gate failed ({usage.returncode})")
+    return usage.wall, usage.peak_mib, usage.returncode
 
 
 def shard(dataset: Path, folder: Path, count: int) -> None:
     """Split *dataset* into *count* JSONL shards in *folder* (consecutive blocks of lines).
 
-    Streamed: a child process forked from this one reports this one's peak RSS as its own
-    (Linux keeps it across exec), so this process must never hold the dataset."""
+    Streamed: this process stays small (``child_usage`` measures the gates apart anyway)."""
     folder.mkdir()
     with dataset.open(encoding="utf-8") as handle:
         total = sum(1 for _ in handle)
