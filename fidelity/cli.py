@@ -619,6 +619,7 @@ def diff(
         DiffResult,
         DiffRow,
         DiffStream,
+        JsonResultText,
         diff_files,
         json_chunks,
         store_diff,
@@ -634,11 +635,18 @@ def diff(
 
     if store_db is not None:  # compared once: each pair is stored and its rows shown
         held: list[DiffRow] = []
-        stored = store_diff(
-            real, sim, store_db, config, on_rows=write_rows if fmt == "jsonl" else held.extend
-        )
+        streamed = fmt == "jsonl" or (fmt == "json" and not _styled())
+        text = JsonResultText()
+
+        def write_json(rows: list[DiffRow]) -> None:
+            sys.stdout.write("".join(text.row(row) for row in rows))
+
+        on_rows = {"jsonl": write_rows, "json": write_json}[fmt] if streamed else held.extend
+        stored = store_diff(real, sim, store_db, config, on_rows=on_rows)
+        if fmt == "json" and streamed:
+            sys.stdout.write(text.end(stored.only_real, stored.only_sim) + "\n")
         err.print(f"stored as run {stored.run_id} in {_escape(stored.db)}")
-        if fmt == "jsonl":
+        if streamed:
             return
         result = DiffResult(rows=held, only_real=stored.only_real, only_sim=stored.only_sim)
     elif fmt == "jsonl":  # streamed: memory flat in the files' size

@@ -120,20 +120,41 @@ def json_chunks(stream: DiffStream) -> Iterator[str]:
     :func:`diff_files` returns, written one row at a time, so memory stays flat
     in the files' size (``only_real`` and ``only_sim`` come last, once known).
     """
-    yield '{\n  "rows": ['
-    rows = 0
+    text = JsonResultText()
     for row in stream:
+        yield text.row(row)
+    yield text.end(stream.only_real, stream.only_sim)
+
+
+class JsonResultText:
+    """A :class:`DiffResult`'s indented JSON, piece by piece: each row as it comes, then the
+    end. Nothing is produced before the first row (or the end), so a caller that validates
+    first prints nothing for input it refuses."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def row(self, row: DiffRow) -> str:
+        """The text of *row* (preceded by the document's start for the first one)."""
         # through json.loads, as the whole result is: the floats print as Python writes them
         indented = json.dumps(json.loads(row.model_dump_json()), indent=2, ensure_ascii=False)
-        yield (",\n" if rows else "\n") + textwrap.indent(indented, "    ")
-        rows += 1
-    yield ("\n  ]" if rows else "]") + ",\n"
-    only = (("only_real", stream.only_real), ("only_sim", stream.only_sim))
-    yield ",\n".join(
-        f'  "{key}": ' + json.dumps(ids, indent=2, ensure_ascii=False).replace("\n", "\n  ")
-        for key, ids in only
-    )
-    yield "\n}"
+        start = ",\n" if self.rows else '{\n  "rows": [\n'
+        self.rows += 1
+        return start + textwrap.indent(indented, "    ")
+
+    def end(self, only_real: list[str], only_sim: list[str]) -> str:
+        """The rest of the document, from the end of the rows."""
+        rows_end = "\n  ]" if self.rows else '{\n  "rows": []'
+        only = (("only_real", only_real), ("only_sim", only_sim))
+        return (
+            rows_end
+            + ",\n"
+            + ",\n".join(
+                f'  "{key}": ' + json.dumps(ids, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+                for key, ids in only
+            )
+            + "\n}"
+        )
 
 
 @contextmanager

@@ -247,13 +247,16 @@ def test_cli_diff_db_compares_each_pair_once_and_writes_nothing_on_a_bad_line(
     as_json = runner.invoke(app, ["diff", str(real), str(sim), "--db", str(db), "-f", "json"])
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.stdout) == json.loads(whole_file_diff(real, sim).model_dump_json())
+    plain = runner.invoke(app, ["diff", str(real), str(sim), "-f", "json"])
+    assert as_json.stdout == plain.stdout  # streamed row by row, the same bytes
     bad = tmp_path / "bad.jsonl"  # the last line is bad: found before anything is written
     bad.write_text(sim.read_text() + "{not json\n")
     fresh = tmp_path / "new.duckdb"
-    refused = runner.invoke(app, ["diff", str(real), str(bad), "--db", str(fresh), "-f", "jsonl"])
-    assert refused.exit_code == 2
-    assert "bad.jsonl:14: invalid JSON" in refused.stderr
-    assert refused.stdout == "" and not fresh.exists()
+    for fmt in ("jsonl", "json"):
+        refused = runner.invoke(app, ["diff", str(real), str(bad), "--db", str(fresh), "-f", fmt])
+        assert refused.exit_code == 2
+        assert "bad.jsonl:14: invalid JSON" in refused.stderr
+        assert refused.stdout == "" and not fresh.exists()
 
 
 def test_json_output_streams_the_bytes_of_the_whole_result(tmp_path: Path) -> None:
