@@ -742,27 +742,29 @@ def gate(
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
-        manifest = _gate_dataset(
-            dataset,
-            policy,
-            rules,
-            db,
-            run,
-            sample,
-            replay_all,
-            cut_at_horizon,
-            output_dir,
-            seed,
-            sandbox,
-            timeout,
-            concurrency,
-            allow_root or [],
-            {
-                "compare": _compare_config(compare_config),
-                "executor": _executor(executor, ray_address),
-                "ray_address": ray_address,
-            },
-        )
+        with _progress(as_json, _GATE_PHASES) as progress:
+            manifest = _gate_dataset(
+                dataset,
+                policy,
+                rules,
+                db,
+                run,
+                sample,
+                replay_all,
+                cut_at_horizon,
+                output_dir,
+                seed,
+                sandbox,
+                timeout,
+                concurrency,
+                allow_root or [],
+                {
+                    "compare": _compare_config(compare_config),
+                    "executor": _executor(executor, ray_address),
+                    "ray_address": ray_address,
+                },
+                progress,
+            )
         verdict = manifest.verdict
         payload = manifest.model_dump_json(exclude={"decisions"})
     if junit is not None:
@@ -830,6 +832,7 @@ def _gate_dataset(
     concurrency: int,
     allow_root: list[Path],
     extra: dict[str, Any] | None = None,
+    progress: Callable[[str, int], None] | None = None,
 ) -> Any:
     from fidelity.dataset_gate import DEFAULT_SAMPLE, GateOptions, gate_dataset
     from fidelity.errors import UsageError
@@ -851,7 +854,7 @@ def _gate_dataset(
         allowed_roots=allow_root,
         **(extra or {}),
     )
-    return gate_dataset(options, rules)
+    return gate_dataset(options, rules, progress)
 
 
 @app.command()
@@ -1200,6 +1203,10 @@ def _render_diff(result: Any) -> None:
 # -- plumbing -------------------------------------------------------------------------------
 
 
+_GATE_PHASES = {"scan": "read", "real": "replayed", "write": "decided"}
+"""The progress bars of a dataset gate (its three passes)."""
+
+
 @contextmanager
 def _progress(
     quiet: bool, labels: dict[str, str] | None = None
@@ -1207,6 +1214,8 @@ def _progress(
     """A rich progress bar (on stderr) driven by the library's progress callback.
 
     *labels* maps the library's phases to bar titles (default: an audit's phases).
+    ``("total", n)`` opens every bar with total *n*; ``("total:PHASE", n)`` opens
+    one (``n == 0``: a total not known yet).
     """
     if quiet or not err.is_terminal:
         yield lambda phase, n: None
@@ -1234,6 +1243,9 @@ def _progress(
             if phase == "total":
                 for key, label in labels.items():
                     tasks[key] = bar.add_task(label, total=n)
+            elif phase.startswith("total:") and phase[6:] in labels:  # one bar (0: unknown)
+                key = phase[6:]
+                tasks[key] = bar.add_task(labels[key], total=n or None)
             elif phase in tasks:
                 bar.advance(tasks[phase], n)
 

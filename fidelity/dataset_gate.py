@@ -155,7 +155,9 @@ class Manifest(BaseModel):
     decisions: list[Decision] = Field(description="the decisions of the verified (sampled) ones")
 
 
-def gate_dataset(options: GateOptions, policy: Policy) -> Manifest:
+def gate_dataset(
+    options: GateOptions, policy: Policy, progress: pipeline.ProgressCallback | None = None
+) -> Manifest:
     """Gate *options.dataset* under *policy*; writes the output files, returns the manifest.
 
     Streams the dataset: pass 1 validates every line and draws the sample
@@ -170,25 +172,34 @@ def gate_dataset(options: GateOptions, policy: Policy) -> Manifest:
     the dataset and the output folder at the same paths), and the driver
     merges what they learned and concatenates the files they wrote, in shard
     order: the outputs are byte for byte those of a local gate.
+
+    *progress* hears ``("total:scan", 0)`` (a total not known yet) and then
+    ``("scan", n)`` as trajectories are read, ``("total:real", n)`` and
+    ``("real", 1)`` per replayed trajectory of the sample, and ``("total:write",
+    n)`` and ``("write", n)`` as trajectories are decided.
     """
+    report = progress or _quiet
     scan = scan_dataset(
         options.dataset,
         options.sample,
         options.seed,
         options.allowed_roots,
         ray_address=options.ray_address if options.executor == "ray" else _LOCAL,
+        progress=report,
     )
     domain = scan.domain
     run_id = options.run_id or new_run_id()
     limit = horizon_limit(policy, domain, DEFAULT_HORIZON_LIMIT)
     with Store(options.db) as store:
         store.start_run(run_id, _run_info(options, scan))
-        _verify(store, run_id, _sampled(scan, options), options, domain)
+        _verify(store, run_id, _sampled(scan, options), options, domain, report)
         store.finish_run(run_id, "done")
         summary = summarize(store, run_id, limit, worst=0, detail=False)
         horizons = trajectory_horizons(store, run_id)
     verdict = evaluate(summary, policy)
-    return _write(options, policy, scan, horizons, verdict, summary.totals.trust_horizon, run_id)
+    return _write(
+        options, policy, scan, horizons, verdict, summary.totals.trust_horizon, run_id, report
+    )
 
 
 class ShardInfo(BaseModel):
@@ -223,6 +234,7 @@ def scan_dataset(
     allowed_roots: Sequence[Path] = (),
     *,
     ray_address: str | None = _LOCAL,
+    progress: pipeline.ProgressCallback | None = None,
 ) -> Scan:
     """Pass 1: validate every trajectory, check one domain and observations, draw the sample.
 
@@ -230,14 +242,19 @@ def scan_dataset(
     inside the shard's folder or *allowed_roots*), so a bad one fails before any write.
     Shards are scanned one after the other here (the first error stops the scan), or
     all at once on the Ray cluster at *ray_address* (None: a local one); either way
-    the first error in dataset order is the one raised.
+    the first error in dataset order is the one raised. *progress* hears
+    ``("scan", n)`` as trajectories are read (on Ray, as each shard's scan returns).
     """
+    report = progress or _quiet
+    report("total:scan", 0)
     paths = dataset_shards(source)
     calls = [(index, path, size, seed, tuple(allowed_roots)) for index, path in enumerate(paths)]
     scans = (
-        (scan_shard(*call) for call in calls)
+        (scan_shard(*call, progress=report) for call in calls)
         if ray_address == _LOCAL
-        else _on_cluster(scan_shard, calls, ray_address)
+        else _on_cluster(
+            scan_shard, calls, ray_address, lambda shard: report("scan", shard.sampler.total)
+        )
     )
     merged = _ScanMerge(size, seed)
     for shard in scans:
@@ -263,13 +280,22 @@ class ShardScan:
 
 
 def scan_shard(
-    index: int, path: Path, size: int | None, seed: int, allowed_roots: Sequence[Path]
+    index: int,
+    path: Path,
+    size: int | None,
+    seed: int,
+    allowed_roots: Sequence[Path],
+    progress: pipeline.ProgressCallback | None = None,
 ) -> ShardScan:
-    """Pass 1 over one shard (on this machine or a Ray worker); stops at its first bad line."""
+    """Pass 1 over one shard (on this machine or a Ray worker); stops at its first bad line.
+
+    *progress* (here, not on a worker) hears ``("scan", n)`` every few thousand lines."""
     shard = ShardScan(index, path, size, seed)
     confiner = PathConfiner(path, allowed_roots)  # the folder and roots resolved once
+    counted = _Counted(progress, "scan")
     try:
         for position, line in enumerate(shard_lines(index, path)):
+            counted.one()
             trajectory = line.parse()
             _require_observations(trajectory, str(line.path), line.number)
             confiner.confine(trajectory, line.number)
@@ -286,8 +312,36 @@ def scan_shard(
     except UsageError as exc:  # handed to the driver, which raises the first in dataset order
         shard.failure = exc
         return shard
+    finally:
+        counted.flush()
     shard.sha256 = _file_sha256(path)
     return shard
+
+
+class _Counted:
+    """Reports ``(phase, n)`` to a progress callback every :data:`_REPORT_EVERY` items."""
+
+    def __init__(self, progress: pipeline.ProgressCallback | None, phase: str) -> None:
+        self.progress = progress
+        self.phase = phase
+        self.pending = 0
+
+    def one(self) -> None:
+        self.pending += 1
+        if self.pending >= _REPORT_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.progress is not None and self.pending:
+            self.progress(self.phase, self.pending)
+        self.pending = 0
+
+
+_REPORT_EVERY = 1000
+
+
+def _quiet(phase: str, n: int) -> None:
+    """A progress callback that reports nothing."""
 
 
 class _ScanMerge:
@@ -345,11 +399,14 @@ class _ScanMerge:
 
 
 def _on_cluster(
-    function: Callable[..., T], calls: Sequence[tuple[Any, ...]], ray_address: str | None
+    function: Callable[..., T],
+    calls: Sequence[tuple[Any, ...]],
+    ray_address: str | None,
+    on_result: Callable[[T], None] | None = None,
 ) -> list[T]:
     from fidelity.executors.ray import map_on_cluster
 
-    return map_on_cluster(function, calls, ray_address)
+    return map_on_cluster(function, calls, ray_address, on_result)
 
 
 def _per_shard(scan: Scan) -> Iterator[tuple[int, ShardInfo, int]]:
@@ -521,7 +578,12 @@ def _require_observations(trajectory: Trajectory, path: str, line: int) -> None:
 
 
 def _verify(
-    store: Store, run_id: str, trajectories: list[Trajectory], options: GateOptions, domain: str
+    store: Store,
+    run_id: str,
+    trajectories: list[Trajectory],
+    options: GateOptions,
+    domain: str,
+    progress: pipeline.ProgressCallback,
 ) -> None:
     """Replay *trajectories* for real, compare with their recorded observations, store."""
     done = store.done_trajectories(run_id)
@@ -538,10 +600,17 @@ def _verify(
         for t in trajectories
         if t.id not in done
     ]
+    progress("total:real", len(tasks))
+
+    def replayed(phase: str, n: int) -> None:  # the executor's phases: only its replays count
+        if phase == "real":
+            progress("real", n)
+
     executor = get_executor(
         ExecutorConfig(
             type=options.executor, threads=options.concurrency, ray_address=options.ray_address
-        )
+        ),
+        replayed,
     )
     buffer = RecordBuffer(store, run_id)
     try:
@@ -629,6 +698,7 @@ def _write(
     verdict: Verdict,
     domain_horizon: int,
     run_id: str,
+    progress: pipeline.ProgressCallback,
 ) -> Manifest:
     """Pass 3: decide every trajectory and write it to its file as it is decided.
 
@@ -645,10 +715,16 @@ def _write(
             (index, shard.path, parts, horizons, verdict, domain_horizon, minimum, options, run_id)
             for index, shard, _ in _per_shard(scan)
         ]
+        progress("total:write", scan.trajectories)
         written = (
-            [write_shard(*call) for call in calls]
+            [write_shard(*call, progress=progress) for call in calls]
             if options.executor != "ray"
-            else _on_cluster(write_shard, calls, options.ray_address)
+            else _on_cluster(
+                write_shard,
+                calls,
+                options.ray_address,
+                lambda shard: progress("write", shard.counts["trajectories"]),
+            )
         )
         counts = _Tally()
         verified: list[Decision] = []
@@ -704,17 +780,22 @@ def write_shard(
     minimum: int,
     options: GateOptions,
     run_id: str,
+    progress: pipeline.ProgressCallback | None = None,
 ) -> ShardWritten:
-    """Pass 3 over one shard: decide each trajectory, write it to this shard's part files."""
+    """Pass 3 over one shard: decide each trajectory, write it to this shard's part files.
+
+    *progress* (here, not on a worker) hears ``("write", n)`` every few thousand lines."""
     files = {name: parts / f"{name}.{index:06d}.jsonl" for name in _OUTPUTS}
     counts = _Tally()
     verified: list[Decision] = []
+    counted = _Counted(progress, "write")
     with (
         files["admitted"].open("w", encoding="utf-8") as admitted,
         files["quarantined"].open("w", encoding="utf-8") as quarantined,
         files["decisions"].open("w", encoding="utf-8") as decided,
     ):
         for line in shard_lines(index, path):
+            counted.one()
             data = json.loads(line.text)
             steps = data.get("steps") or []
             decision = _decide(
@@ -734,6 +815,7 @@ def write_shard(
             else:
                 meta["quarantine_reason"] = decision.reason
                 quarantined.write(_dump({**data, "meta": meta}) + "\n")
+    counted.flush()
     return ShardWritten(parts=files, counts=counts.values, verified=verified)
 
 

@@ -301,3 +301,27 @@ def test_gate_applies_the_compare_config(tmp_path: Path, db_path: Path, bwrap: N
             "GROUP BY run_id ORDER BY run_id"
         ).fetchall()
     assert rows == [("plain", 0), ("ruled", 3)]
+
+
+@pytest.mark.bwrap
+def test_the_gate_reports_the_progress_of_each_pass(
+    tmp_path: Path, db_path: Path, bwrap: None
+) -> None:
+    """Three bars: trajectories read (total unknown), sampled ones replayed, all decided."""
+    from fidelity.dataset_gate import GateOptions, gate_dataset
+    from fidelity.gate import load_policy
+
+    dataset = _dataset(tmp_path, {f"t{i}": None for i in range(5)})
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.5\n")
+    options = GateOptions(
+        dataset=dataset, policy_path=policy, output_dir=tmp_path / "out", db=db_path, sample=2
+    )
+    heard: list[tuple[str, int]] = []
+    gate_dataset(options, load_policy(policy), lambda phase, n: heard.append((phase, n)))
+    opened = [(phase, n) for phase, n in heard if phase.startswith("total:")]
+    assert opened == [("total:scan", 0), ("total:real", 2), ("total:write", 5)]
+    advanced: dict[str, int] = {}
+    for phase, n in heard:
+        if not phase.startswith("total:"):
+            advanced[phase] = advanced.get(phase, 0) + n
+    assert advanced == {"scan": 5, "real": 2, "write": 5}

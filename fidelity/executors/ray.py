@@ -100,19 +100,29 @@ class RayExecutor(Executor):
 
 
 def map_on_cluster(
-    function: Callable[..., T], calls: Sequence[tuple[Any, ...]], address: str | None
+    function: Callable[..., T],
+    calls: Sequence[tuple[Any, ...]],
+    address: str | None,
+    on_result: Callable[[T], None] | None = None,
 ) -> list[T]:
     """``[function(*args) for args in calls]``, each call a Ray task (one CPU), in call order.
 
     For work that is not a trajectory task (the dataset gate's passes over
-    shards). A worker that dies is retried once by Ray; an error raised by a
-    call is raised here as an instance of its own class, the other calls
-    cancelled. *function* must be importable on every node.
+    shards). *on_result* sees each result as it arrives (any order). A worker
+    that dies is retried once by Ray; an error raised by a call is raised here
+    as an instance of its own class, the other calls cancelled. *function* must
+    be importable on every node.
     """
     ray = _connect(address)
     remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(function)
     refs = [remote.remote(*args) for args in calls]
     try:
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            result = ray.get(done[0])
+            if on_result is not None:
+                on_result(result)
         return list(ray.get(refs))
     except BaseException as exc:
         for ref in refs:
