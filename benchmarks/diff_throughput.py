@@ -34,6 +34,7 @@ import argparse
 import difflib
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -47,7 +48,7 @@ from child_usage import run_measured
 from compare_throughput import build_pairs
 
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Step, Trajectory
+from fidelity.model import Domain, Step, Trajectory
 
 
 def write_files(folder: Path, trajectories: int, depth: int, seed: int) -> tuple[Path, Path, int]:
@@ -67,6 +68,43 @@ def write_files(folder: Path, trajectories: int, depth: int, seed: int) -> tuple
     write_trajectories(paths[1], sim)
     size = sum(len(p.real.text or "") + len(p.sim.text or "") for p in pairs) // (2 * len(pairs))
     return paths[0], paths[1], size
+
+
+def write_agent_files(folder: Path, domain: str, seed: int) -> tuple[Path, Path, int]:
+    """``(real.jsonl, sim.jsonl, mean observation bytes)`` of the public agent runs in
+    ``../shared/agent-trajectories`` (read now, never copied into the project): the recorded
+    run as the real side; as the simulated side, each step a second real run of the same
+    command (30%), a seeded corruption of the kinds world models make (50%) or untouched."""
+    from fidelity.compare.calibration.devset_agents import (
+        AGENT_CORRUPTIONS,
+        load_runs,
+        second_run,
+    )
+
+    rng = random.Random(seed)
+    real, sim = [], []
+    for run in load_runs():
+        trajectory = run.trajectory.model_copy(update={"domain": Domain(domain)})
+        steps = []
+        for index, step in enumerate(trajectory.steps):
+            observation = step.observation
+            draw = rng.random()
+            if observation is not None and not observation.failed and draw < 0.8:
+                if draw < 0.3:
+                    observation = second_run(observation, step.action.render(), rng) or observation
+                else:
+                    kinds = list(AGENT_CORRUPTIONS.values())
+                    rng.shuffle(kinds)
+                    done = (c(observation, trajectory.steps[: index + 1], rng) for c in kinds)
+                    observation = next((d[0] for d in done if d is not None), observation)
+            steps.append(step.model_copy(update={"observation": observation}))
+        real.append(trajectory)
+        sim.append(trajectory.model_copy(update={"steps": steps}))
+    paths = folder / "real.jsonl", folder / "sim.jsonl"
+    write_trajectories(paths[0], real)
+    write_trajectories(paths[1], sim)
+    texts = [s.observation.text for t in real for s in t.steps if s.observation is not None]
+    return *paths, sum(len(t.encode()) for t in texts) // max(1, len(texts))
 
 
 def naive(real_path: str, sim_path: str) -> None:
@@ -170,6 +208,31 @@ def parts(trajectories: int, depth: int, seed: int) -> None:
         print(f"  {label:>30}: {micros:7.1f}")
 
 
+def run_ways(
+    real: Path,
+    sim: Path,
+    steps: int,
+    size: int,
+    cpus: dict[str, list[tuple[int, float]]],
+    label: str = "",
+) -> None:
+    """Time every way on one pair of files and print the figures; CPU seconds into *cpus*."""
+    megabytes = (real.stat().st_size + sim.stat().st_size) / 2**20
+    print(f"{label}{steps:,} steps, ~{size:,} B per observation, {megabytes:.1f} MiB of JSONL")
+    rates = {}
+    cli = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "--format"]
+    for way, command in (
+        ("fidelity", [*cli, "jsonl"]),
+        ("json", [*cli, "json"]),
+        ("naive", [sys.executable, __file__, "--naive", str(real), str(sim)]),
+    ):
+        cpu, rss = timed(command)
+        cpus.setdefault(way, []).append((steps, cpu))
+        rates[way] = steps / cpu
+        print(f"  {way:>8}: {cpu:6.2f} s CPU = {rates[way]:7,.0f} steps/s, peak RSS {rss:6.1f} MiB")
+    print(f"  ratio fidelity/naive: {rates['fidelity'] / rates['naive']:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=200)
@@ -180,6 +243,11 @@ def main() -> None:
     parser.add_argument(
         "--parts", action="store_true", help="print where the time goes (start-up, parts per step)"
     )
+    parser.add_argument(
+        "--agent",
+        choices=("terminal", "swe"),
+        help="instead: once, on the public agent runs in ../shared (second runs, corruptions)",
+    )
     args = parser.parse_args()
     if args.naive:
         naive(*args.naive)
@@ -187,28 +255,17 @@ def main() -> None:
     if args.parts:
         parts(args.trajectories, args.depth, args.seed)
         return
+    if args.agent:
+        with tempfile.TemporaryDirectory() as folder:
+            real, sim, size = write_agent_files(Path(folder), args.agent, args.seed)
+            steps = sum(1 for line in real.open() for _ in json.loads(line)["steps"])
+            run_ways(real, sim, steps, size, {}, f"public agent runs as {args.agent}: ")
+        return
     cpus: dict[str, list[tuple[int, float]]] = {}
     for trajectories in (args.trajectories, args.trajectories * args.scale):
         with tempfile.TemporaryDirectory() as folder:
             real, sim, size = write_files(Path(folder), trajectories, args.depth, args.seed)
-            steps = trajectories * args.depth
-            megabytes = (real.stat().st_size + sim.stat().st_size) / 2**20
-            print(f"{steps:,} steps, ~{size:,} B per observation, {megabytes:.1f} MiB of JSONL")
-            rates = {}
-            cli = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "--format"]
-            for way, command in (
-                ("fidelity", [*cli, "jsonl"]),
-                ("json", [*cli, "json"]),
-                ("naive", [sys.executable, __file__, "--naive", str(real), str(sim)]),
-            ):
-                cpu, rss = timed(command)
-                cpus.setdefault(way, []).append((steps, cpu))
-                rates[way] = steps / cpu
-                print(
-                    f"  {way:>8}: {cpu:6.2f} s CPU = {rates[way]:7,.0f} steps/s, "
-                    f"peak RSS {rss:6.1f} MiB"
-                )
-            print(f"  ratio fidelity/naive: {rates['fidelity'] / rates['naive']:.2f}x")
+            run_ways(real, sim, trajectories * args.depth, size, cpus)
     for way, ((small, cpu_small), (large, cpu_large)) in cpus.items():
         marginal = (large - small) / (cpu_large - cpu_small)
         print(f"marginal {way:>8} (start-up cancelled out): {marginal:7,.0f} steps/s")
