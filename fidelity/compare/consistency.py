@@ -114,6 +114,16 @@ class _Entities:
 _LINE_LOCAL_METHODS = ("entities", "entity_difference", "entities_among")
 
 
+def entity_source(comparator: object) -> EntitySource | None:
+    """*comparator* when it is an :class:`EntitySource`, else None.
+
+    A class that defines ``entities`` passes without the (slow) protocol check.
+    """
+    if callable(getattr(type(comparator), "entities", None)):
+        return cast(EntitySource, comparator)
+    return comparator if isinstance(comparator, EntitySource) else None
+
+
 def _narrow(source: EntitySource) -> LineLocalEntitySource | None:
     """*source* when it is a :class:`LineLocalEntitySource`, else None.
 

@@ -398,6 +398,7 @@ def dropped_lines(
     return found
 
 
+@functools.lru_cache(maxsize=8192)
 def search_key(entity: str) -> str:
     """A substring of every text that holds *entity* (for cheap prefiltering).
 
@@ -428,7 +429,11 @@ def shown_entities(
     for entity in candidates:
         unshown.setdefault(search_key(entity), []).append(entity)
     shown: set[str] = set()
+    searched: set[tuple[str, str | None]] = set()
     for text, command in context_texts(context):
+        if (text, command) in searched:  # e.g. a command both histories hold: found nothing new
+            continue
+        searched.add((text, command))
         pending = {e: k for k in unshown if k in text for e in unshown[k]}
         if not pending:
             continue
