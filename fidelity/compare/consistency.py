@@ -145,11 +145,13 @@ class _FirstSeen:
     def first(self, candidates: set[str], compared: Sequence[int]) -> dict[str, int]:
         """Candidate -> index of the first of the *compared* steps that holds it (if any does)."""
         pending = {e for e in candidates if e not in self.found}
-        start = min((self.searched.get(e, 0) for e in pending), default=len(compared))
+        since = {e: self.searched.get(e, 0) for e in pending}
+        start = min(since.values(), default=len(compared))
+        late = max(since.values(), default=0)  # from here on every pending entity is asked
         for position in range(start, len(compared)):
             if not pending:
                 break
-            asking = {e for e in pending if self.searched.get(e, 0) <= position}
+            asking = pending if position >= late else {e for e in pending if since[e] <= position}
             for entity in self.entities.among(self.side, compared[position], asking):
                 self.found[entity] = compared[position]
                 pending.discard(entity)

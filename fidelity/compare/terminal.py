@@ -315,7 +315,7 @@ def lines_holding(text: str, keys: Iterable[str], numbers: Iterable[str] = ()) -
     not right after a word character, ``.`` or ``,``, nor right before a word
     character or a ``.`` and a word character.
     """
-    keys = set(keys)
+    keys = keys if isinstance(keys, Set) else set(keys)
     if "" in keys:  # the empty key is in every line
         return text
     spans: set[tuple[int, int]] = set()
