@@ -181,7 +181,8 @@ def extract_among(text: str, candidates: Set[str], command: str | None = None) -
     """``extract(text, command) & candidates``, running only the passes that yield their kinds."""
     if not candidates:
         return set()
-    return _extract(text, command, {kind_of(e) for e in candidates}).intersection(candidates)
+    kinds = {e.partition(":")[0] for e in candidates}  # kind_of, inlined
+    return _extract(text, command, kinds).intersection(candidates)
 
 
 def _extract(text: str, command: str | None, kinds: Set[str] | None) -> set[str]:
@@ -288,4 +289,4 @@ _LISTERS: dict[str, Callable[[str], list[str]]] = {
 
 def kind_of(entity: str) -> str:
     """The kind part of ``kind:value``."""
-    return entity.split(":", 1)[0]
+    return entity.partition(":")[0]

@@ -290,7 +290,11 @@ def entities_held(
 
 def _search_keys(candidates: Iterable[str]) -> tuple[set[str], set[str]]:
     """``(keys, number keys)``: the :func:`search_key` of *candidates*, numbers apart."""
-    return _split_keys((e, search_key(e)) for e in candidates)
+    keys: set[str] = set()
+    numbers: set[str] = set()
+    for entity in candidates:  # _split_keys, inlined: the consistency check asks step after step
+        (numbers if entity.startswith("number:") else keys).add(search_key(entity))
+    return keys, numbers - keys
 
 
 def _split_keys(keyed: Iterable[tuple[str, str]]) -> tuple[set[str], set[str]]:
