@@ -122,20 +122,17 @@ class TerminalComparator:
         sim_only, real_only = entity_diff(real_text, sim_text, command)
         stale = shown_entities(sim_only, context, self.normalizer) if sim_only else set()
         hallucinations, omissions = sorted(sim_only - stale), sorted(real_only)
-        findings = [
-            *_listed("hallucinated", hallucinations),
-            *_listed("omitted", omissions),
-            *_listed("stale", sorted(stale)),
-        ]
+        shown = sorted(stale)
         hard = self._mismatches(score, exit_match, real, sim)
         if self.calibration is None:
-            reasons = [*hard, *findings]
+            reasons = [*hard, *_findings(hallucinations, omissions, shown)]
         else:
             vector = features(metrics, exit_match, len(hallucinations), len(omissions), len(stale))
             p = metrics["drift_p"] = self.calibration.probability(vector)
             cutoff = self.calibration.cutoff
             calibrated = [f"drift probability {p:.2f} >= {cutoff:.2f}"] if p >= cutoff else []
-            reasons = [*hard, *calibrated, *findings] if hard or calibrated else []
+            found = _findings(hallucinations, omissions, shown) if hard or calibrated else []
+            reasons = [*hard, *calibrated, *found]
         return StepComparison(
             score=score,
             drift=bool(reasons),
@@ -143,7 +140,7 @@ class TerminalComparator:
             metrics=metrics,
             hallucinations=hallucinations,
             omissions=omissions,
-            stale=sorted(stale),
+            stale=shown,
             normalizations=merge_counts(real_counts, sim_counts),
             reasons=reasons,
         )
@@ -206,12 +203,19 @@ def similarity(real: str, sim: str) -> dict[str, float]:
     """Line, token and character similarity of two normalized texts, and their weighted mean."""
     if real == sim:
         return {"line_sim": 1.0, "token_sim": 1.0, "char_sim": 1.0, "text_sim": 1.0}
-    line = Indel.normalized_similarity(real.split("\n"), sim.split("\n"))
+    line = Indel.normalized_similarity(_lines(real), _lines(sim))
     token = Indel.normalized_similarity(real.split(), sim.split())
     char = Indel.normalized_similarity(real, sim)
     w_line, w_token, w_char = WEIGHTS
     text = min(1.0, w_line * line + w_token * token + w_char * char)
     return {"line_sim": line, "token_sim": token, "char_sim": char, "text_sim": text}
+
+
+@functools.lru_cache(maxsize=8)
+def _lines(text: str) -> tuple[str, ...]:
+    """The lines of *text*, remembered a while: :func:`similarity` and then
+    :func:`exact_entity_diff` split the same two texts (and hash the same lines)."""
+    return tuple(text.split("\n"))
 
 
 def entity_diff(real: str, sim: str, command: str | None = None) -> tuple[set[str], set[str]]:
@@ -252,7 +256,7 @@ def exact_entity_diff(real: str, sim: str, command: str | None = None) -> Entity
     """
     if real == sim:
         return EntityDiff(frozenset(), frozenset(), frozenset())
-    real_lines, sim_lines = set(real.split("\n")), set(sim.split("\n"))
+    real_lines, sim_lines = set(_lines(real)), set(_lines(sim))
     real_own, sim_own = frozenset(real_lines - sim_lines), frozenset(sim_lines - real_lines)
     real_found = extract("\n".join(real_own), command) if real_own else set()
     sim_found = extract("\n".join(sim_own), command) if sim_own else set()
@@ -319,7 +323,7 @@ def lines_holding(text: str, keys: Iterable[str], numbers: Iterable[str] = ()) -
     not right after a word character, ``.`` or ``,``, nor right before a word
     character or a ``.`` and a word character.
     """
-    keys = keys if isinstance(keys, Set) else set(keys)
+    keys = keys if isinstance(keys, (set, frozenset)) else set(keys)
     if "" in keys:  # the empty key is in every line
         return text
     spans: set[tuple[int, int]] = set()
@@ -481,6 +485,15 @@ def _exit_match(real: Observation, sim: Observation) -> bool | None:
     if real.exit_code is None or sim.exit_code is None:
         return None
     return real.exit_code == sim.exit_code
+
+
+def _findings(hallucinations: list[str], omissions: list[str], stale: list[str]) -> list[str]:
+    """The reasons naming what the entity checks found (each list sorted)."""
+    return [
+        *_listed("hallucinated", hallucinations),
+        *_listed("omitted", omissions),
+        *_listed("stale", stale),
+    ]
 
 
 def _listed(verb: str, entities: list[str]) -> list[str]:
