@@ -168,7 +168,11 @@ class TerminalComparator:
         """``entities(observation) & candidates``, extracting only lines with a candidate's key."""
         command = context.action.render()
         text = self.normalizer.cached(observation.text, command)[0]
-        return entities_held(text, candidates, command)
+        keys, numbers = _keys_of(frozenset(candidates))
+        for key in (*keys, *numbers):
+            if key in text:
+                return entities_held(text, candidates, command)
+        return set()  # no line holds a key (the consistency check asks step after step)
 
     def _mismatches(
         self, score: float, exit_match: bool | None, real: Observation, sim: Observation
@@ -290,6 +294,13 @@ def entities_held(
     if pending:
         found |= entities_held(held[cut + 1 :], pending, command, 2 * chunk)
     return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _keys_of(candidates: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """:func:`_search_keys` of a set of candidates asked again and again, remembered."""
+    keys, numbers = _search_keys(candidates)
+    return frozenset(keys), frozenset(numbers)
 
 
 def _search_keys(candidates: Iterable[str]) -> tuple[set[str], set[str]]:
