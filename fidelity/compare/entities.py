@@ -97,11 +97,14 @@ _PATH_CHAR = r"[\w.@+~-]"
 _ALTERNATIVES: tuple[tuple[str, str], ...] = (
     # url: any scheme; placeholders may sit inside (http://localhost:<PORT>/)
     ("url", r"(?<=[a-z])[a-z0-9+.-]{1,9}+://(?:[^\s<>\"'`]|<[A-Z]+>)*(?<![.,;:!?)\]])"),
-    # package: name==1.2, name@1.2.3, name-1.2.3 (pip's "Successfully installed")
+    # package: name==1.2, name@1.2.3, name-1.2.3 (pip's "Successfully installed"). The
+    # lookahead only skips what cannot match (the first character after the name's run of
+    # [\w.] must be "=", "@" or "-"), so the greedy [\w.-]* does not backtrack through
+    # every word: a seventh of the regex's time
     (
         "package",
-        r"(?<=[A-Za-z])(?<![.@/-].)[\w.-]*(?:==|@|(?<=[A-Za-z0-9])-)\d+(?:\.\d+)+(?:\.?[a-z]+\d*)?"
-        r"(?![\w.-])",
+        r"(?<=[A-Za-z])(?<![.@/-].)(?=[\w.]*+[=@-])"
+        r"[\w.-]*(?:==|@|(?<=[A-Za-z0-9])-)\d+(?:\.\d+)+(?:\.?[a-z]+\d*)?(?![\w.-])",
     ),
     # error: exception classes (also the class of a dotted path: requests.exceptions.X)
     ("error", r"(?<=[A-Z])\w*?(?:Error|Exception|Warning|Interrupt|Exit)(?!\w)"),
