@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fidelity.compare import CompareConfig, comparator_factory, get_comparator
-from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.consistency import EntitySource, check_consistency
+from fidelity.compare import CompareConfig, Factory, comparator_factory
+from fidelity.compare.base import Comparator, CompareContext, StepComparison
+from fidelity.compare.consistency import check_consistency, entity_source
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
 from fidelity.formats.jsonl import confine_paths, read_numbered
 from fidelity.model import Domain, Observation, Step, Trajectory
@@ -326,7 +326,7 @@ def compare(
     config: CompareConfig | None = None,
 ) -> list[StepComparison]:
     """Compare each (real, sim) pair; ``shown[i]`` is the history the model saw at step i+1."""
-    comparator = get_comparator(trajectory.domain.value, config)
+    comparator = shared_comparator(trajectory.domain.value, config)
     description = trajectory.env.description or ""
     contexts = [
         CompareContext(
@@ -335,9 +335,35 @@ def compare(
         for depth, (step, history) in enumerate(zip(trajectory.steps, shown, strict=True), start=1)
     ]
     comparisons = [comparator.compare(r, s, c) for r, s, c in zip(real, sim, contexts, strict=True)]
-    if isinstance(comparator, EntitySource):
-        return check_consistency(comparator, real, sim, contexts, comparisons)
+    source = entity_source(comparator)
+    if source is not None:
+        return check_consistency(source, real, sim, contexts, comparisons)
     return comparisons
+
+
+_SHARED: dict[tuple[Factory, str], Comparator] = {}
+"""Comparators built by :func:`shared_comparator`, by factory and config (JSON)."""
+
+_SHARED_MAX = 32
+
+
+def shared_comparator(domain: str, config: CompareConfig | None = None) -> Comparator:
+    """:func:`~fidelity.compare.get_comparator`, built once per factory and config.
+
+    Comparators keep nothing between calls but their settings, so one serves
+    every trajectory (building one loads its calibration and normalizer, as
+    long as comparing a short trajectory). Keyed by the factory registered now
+    and the config's content, so a re-registered domain or another config
+    builds afresh.
+    """
+    factory = comparator_factory(domain)
+    key = (factory, "" if config is None else config.model_dump_json())
+    comparator = _SHARED.get(key)
+    if comparator is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        comparator = _SHARED[key] = factory(config or CompareConfig())
+    return comparator
 
 
 def shown_history(
@@ -345,7 +371,10 @@ def shown_history(
 ) -> list[list[Step]]:
     """What the model was shown before each step: real history, its own, or both when unknown."""
     actions = [step.action for step in trajectory.steps]
-    real_steps = [Step(action=a, observation=o) for a, o in zip(actions, real, strict=True)]
+    real_steps = [
+        step if step.observation is o and step.control is None else Step(action=a, observation=o)
+        for step, a, o in zip(trajectory.steps, actions, real, strict=True)
+    ]
     sim_steps = [Step(action=a, observation=o) for a, o in zip(actions, sim, strict=True)]
     histories = []
     for index in range(len(actions)):

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from typing import Protocol, cast, runtime_checkable
 
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.entities import kind_of
 from fidelity.model import Observation
 
 STATEFUL_KINDS = frozenset(
@@ -63,7 +62,7 @@ class LineLocalEntitySource(EntitySource, Protocol):
 
 def stateful(entities: set[str]) -> set[str]:
     """The entities of a kind that describes state (see :data:`STATEFUL_KINDS`)."""
-    return {e for e in entities if kind_of(e) in STATEFUL_KINDS}
+    return {e for e in entities if e.partition(":")[0] in STATEFUL_KINDS}  # kind_of, inlined
 
 
 class _Entities:
@@ -114,6 +113,16 @@ class _Entities:
 _LINE_LOCAL_METHODS = ("entities", "entity_difference", "entities_among")
 
 
+def entity_source(comparator: object) -> EntitySource | None:
+    """*comparator* when it is an :class:`EntitySource`, else None.
+
+    A class that defines ``entities`` passes without the (slow) protocol check.
+    """
+    if callable(getattr(type(comparator), "entities", None)):
+        return cast(EntitySource, comparator)
+    return comparator if isinstance(comparator, EntitySource) else None
+
+
 def _narrow(source: EntitySource) -> LineLocalEntitySource | None:
     """*source* when it is a :class:`LineLocalEntitySource`, else None.
 
@@ -135,11 +144,13 @@ class _FirstSeen:
     def first(self, candidates: set[str], compared: Sequence[int]) -> dict[str, int]:
         """Candidate -> index of the first of the *compared* steps that holds it (if any does)."""
         pending = {e for e in candidates if e not in self.found}
-        start = min((self.searched.get(e, 0) for e in pending), default=len(compared))
+        since = {e: self.searched.get(e, 0) for e in pending}
+        start = min(since.values(), default=len(compared))
+        late = max(since.values(), default=0)  # from here on every pending entity is asked
         for position in range(start, len(compared)):
             if not pending:
                 break
-            asking = {e for e in pending if self.searched.get(e, 0) <= position}
+            asking = pending if position >= late else {e for e in pending if since[e] <= position}
             for entity in self.entities.among(self.side, compared[position], asking):
                 self.found[entity] = compared[position]
                 pending.discard(entity)

@@ -97,11 +97,14 @@ _PATH_CHAR = r"[\w.@+~-]"
 _ALTERNATIVES: tuple[tuple[str, str], ...] = (
     # url: any scheme; placeholders may sit inside (http://localhost:<PORT>/)
     ("url", r"(?<=[a-z])[a-z0-9+.-]{1,9}+://(?:[^\s<>\"'`]|<[A-Z]+>)*(?<![.,;:!?)\]])"),
-    # package: name==1.2, name@1.2.3, name-1.2.3 (pip's "Successfully installed")
+    # package: name==1.2, name@1.2.3, name-1.2.3 (pip's "Successfully installed"). The
+    # lookahead only skips what cannot match (the first character after the name's run of
+    # [\w.] must be "=", "@" or "-"), so the greedy [\w.-]* does not backtrack through
+    # every word: a seventh of the regex's time
     (
         "package",
-        r"(?<=[A-Za-z])(?<![.@/-].)[\w.-]*(?:==|@|(?<=[A-Za-z0-9])-)\d+(?:\.\d+)+(?:\.?[a-z]+\d*)?"
-        r"(?![\w.-])",
+        r"(?<=[A-Za-z])(?<![.@/-].)(?=[\w.]*+[=@-])"
+        r"[\w.-]*(?:==|@|(?<=[A-Za-z0-9])-)\d+(?:\.\d+)+(?:\.?[a-z]+\d*)?(?![\w.-])",
     ),
     # error: exception classes (also the class of a dotted path: requests.exceptions.X)
     ("error", r"(?<=[A-Z])\w*?(?:Error|Exception|Warning|Interrupt|Exit)(?!\w)"),
@@ -181,7 +184,8 @@ def extract_among(text: str, candidates: Set[str], command: str | None = None) -
     """``extract(text, command) & candidates``, running only the passes that yield their kinds."""
     if not candidates:
         return set()
-    return _extract(text, command, {kind_of(e) for e in candidates}).intersection(candidates)
+    kinds = {e.partition(":")[0] for e in candidates}  # kind_of, inlined
+    return _extract(text, command, kinds).intersection(candidates)
 
 
 def _extract(text: str, command: str | None, kinds: Set[str] | None) -> set[str]:
@@ -288,4 +292,4 @@ _LISTERS: dict[str, Callable[[str], list[str]]] = {
 
 def kind_of(entity: str) -> str:
     """The kind part of ``kind:value``."""
-    return entity.split(":", 1)[0]
+    return entity.partition(":")[0]

@@ -122,20 +122,17 @@ class TerminalComparator:
         sim_only, real_only = entity_diff(real_text, sim_text, command)
         stale = shown_entities(sim_only, context, self.normalizer) if sim_only else set()
         hallucinations, omissions = sorted(sim_only - stale), sorted(real_only)
-        findings = [
-            *_listed("hallucinated", hallucinations),
-            *_listed("omitted", omissions),
-            *_listed("stale", sorted(stale)),
-        ]
+        shown = sorted(stale)
         hard = self._mismatches(score, exit_match, real, sim)
         if self.calibration is None:
-            reasons = [*hard, *findings]
+            reasons = [*hard, *_findings(hallucinations, omissions, shown)]
         else:
             vector = features(metrics, exit_match, len(hallucinations), len(omissions), len(stale))
             p = metrics["drift_p"] = self.calibration.probability(vector)
             cutoff = self.calibration.cutoff
             calibrated = [f"drift probability {p:.2f} >= {cutoff:.2f}"] if p >= cutoff else []
-            reasons = [*hard, *calibrated, *findings] if hard or calibrated else []
+            found = _findings(hallucinations, omissions, shown) if hard or calibrated else []
+            reasons = [*hard, *calibrated, *found]
         return StepComparison(
             score=score,
             drift=bool(reasons),
@@ -143,7 +140,7 @@ class TerminalComparator:
             metrics=metrics,
             hallucinations=hallucinations,
             omissions=omissions,
-            stale=sorted(stale),
+            stale=shown,
             normalizations=merge_counts(real_counts, sim_counts),
             reasons=reasons,
         )
@@ -171,7 +168,11 @@ class TerminalComparator:
         """``entities(observation) & candidates``, extracting only lines with a candidate's key."""
         command = context.action.render()
         text = self.normalizer.cached(observation.text, command)[0]
-        return entities_held(text, candidates, command)
+        keys, numbers = _keys_of(frozenset(candidates))
+        for key in (*keys, *numbers):
+            if key in text:
+                return entities_held(text, candidates, command)
+        return set()  # no line holds a key (the consistency check asks step after step)
 
     def _mismatches(
         self, score: float, exit_match: bool | None, real: Observation, sim: Observation
@@ -206,12 +207,19 @@ def similarity(real: str, sim: str) -> dict[str, float]:
     """Line, token and character similarity of two normalized texts, and their weighted mean."""
     if real == sim:
         return {"line_sim": 1.0, "token_sim": 1.0, "char_sim": 1.0, "text_sim": 1.0}
-    line = Indel.normalized_similarity(real.split("\n"), sim.split("\n"))
+    line = Indel.normalized_similarity(_lines(real), _lines(sim))
     token = Indel.normalized_similarity(real.split(), sim.split())
     char = Indel.normalized_similarity(real, sim)
     w_line, w_token, w_char = WEIGHTS
     text = min(1.0, w_line * line + w_token * token + w_char * char)
     return {"line_sim": line, "token_sim": token, "char_sim": char, "text_sim": text}
+
+
+@functools.lru_cache(maxsize=8)
+def _lines(text: str) -> tuple[str, ...]:
+    """The lines of *text*, remembered a while: :func:`similarity` and then
+    :func:`exact_entity_diff` split the same two texts (and hash the same lines)."""
+    return tuple(text.split("\n"))
 
 
 def entity_diff(real: str, sim: str, command: str | None = None) -> tuple[set[str], set[str]]:
@@ -252,7 +260,7 @@ def exact_entity_diff(real: str, sim: str, command: str | None = None) -> Entity
     """
     if real == sim:
         return EntityDiff(frozenset(), frozenset(), frozenset())
-    real_lines, sim_lines = set(real.split("\n")), set(sim.split("\n"))
+    real_lines, sim_lines = set(_lines(real)), set(_lines(sim))
     real_own, sim_own = frozenset(real_lines - sim_lines), frozenset(sim_lines - real_lines)
     real_found = extract("\n".join(real_own), command) if real_own else set()
     sim_found = extract("\n".join(sim_own), command) if sim_own else set()
@@ -288,9 +296,20 @@ def entities_held(
     return found
 
 
+@functools.lru_cache(maxsize=1024)
+def _keys_of(candidates: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """:func:`_search_keys` of a set of candidates asked again and again, remembered."""
+    keys, numbers = _search_keys(candidates)
+    return frozenset(keys), frozenset(numbers)
+
+
 def _search_keys(candidates: Iterable[str]) -> tuple[set[str], set[str]]:
     """``(keys, number keys)``: the :func:`search_key` of *candidates*, numbers apart."""
-    return _split_keys((e, search_key(e)) for e in candidates)
+    keys: set[str] = set()
+    numbers: set[str] = set()
+    for entity in candidates:  # _split_keys, inlined: the consistency check asks step after step
+        (numbers if entity.startswith("number:") else keys).add(search_key(entity))
+    return keys, numbers - keys
 
 
 def _split_keys(keyed: Iterable[tuple[str, str]]) -> tuple[set[str], set[str]]:
@@ -315,7 +334,7 @@ def lines_holding(text: str, keys: Iterable[str], numbers: Iterable[str] = ()) -
     not right after a word character, ``.`` or ``,``, nor right before a word
     character or a ``.`` and a word character.
     """
-    keys = set(keys)
+    keys = keys if isinstance(keys, (set, frozenset)) else set(keys)
     if "" in keys:  # the empty key is in every line
         return text
     spans: set[tuple[int, int]] = set()
@@ -398,6 +417,7 @@ def dropped_lines(
     return found
 
 
+@functools.lru_cache(maxsize=8192)
 def search_key(entity: str) -> str:
     """A substring of every text that holds *entity* (for cheap prefiltering).
 
@@ -428,7 +448,11 @@ def shown_entities(
     for entity in candidates:
         unshown.setdefault(search_key(entity), []).append(entity)
     shown: set[str] = set()
+    searched: set[tuple[str, str | None]] = set()
     for text, command in context_texts(context):
+        if (text, command) in searched:  # e.g. a command both histories hold: found nothing new
+            continue
+        searched.add((text, command))
         pending = {e: k for k in unshown if k in text for e in unshown[k]}
         if not pending:
             continue
@@ -472,6 +496,15 @@ def _exit_match(real: Observation, sim: Observation) -> bool | None:
     if real.exit_code is None or sim.exit_code is None:
         return None
     return real.exit_code == sim.exit_code
+
+
+def _findings(hallucinations: list[str], omissions: list[str], stale: list[str]) -> list[str]:
+    """The reasons naming what the entity checks found (each list sorted)."""
+    return [
+        *_listed("hallucinated", hallucinations),
+        *_listed("omitted", omissions),
+        *_listed("stale", stale),
+    ]
 
 
 def _listed(verb: str, entities: list[str]) -> list[str]:
