@@ -40,9 +40,9 @@ import shutil
 import tempfile
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,6 +53,7 @@ from fidelity.audit import code_version, new_run_id
 from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.executors import ExecutorConfig, get_executor
+from fidelity.executors.ray import map_on_cluster
 from fidelity.formats.dataset import lines as dataset_lines
 from fidelity.formats.dataset import shard_lines
 from fidelity.formats.dataset import shards as dataset_shards
@@ -63,8 +64,6 @@ from fidelity.sandboxes import backend_for, sandbox_config
 from fidelity.sandboxes.base import close_all
 from fidelity.store import RecordBuffer, Store
 from fidelity.task import TrajectoryTask, recorded_mode
-
-T = TypeVar("T")
 
 DEFAULT_SAMPLE = 200
 _LENGTH_BUCKETS = (1, 3, 6, 11, 21, 51)  # lower bounds of trajectory-length strata
@@ -184,7 +183,8 @@ def gate_dataset(
         options.sample,
         options.seed,
         options.allowed_roots,
-        ray_address=options.ray_address if options.executor == "ray" else _LOCAL,
+        executor=options.executor,
+        ray_address=options.ray_address,
         progress=report,
     )
     domain = scan.domain
@@ -223,25 +223,23 @@ class Scan(BaseModel):
     shards: list[ShardInfo] = Field(description="every shard, in order, and its trajectories")
 
 
-_LOCAL = "local"
-"""``ray_address`` of a pass that runs here, shard after shard (not on a Ray cluster)."""
-
-
 def scan_dataset(
     source: Path,
     size: int | None,
     seed: int,
     allowed_roots: Sequence[Path] = (),
     *,
-    ray_address: str | None = _LOCAL,
+    executor: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
     progress: pipeline.ProgressCallback | None = None,
 ) -> Scan:
     """Pass 1: validate every trajectory, check one domain and observations, draw the sample.
 
     Paths are checked here too (untrusted input: ``env.workdir`` and ``@setup`` must stay
     inside the shard's folder or *allowed_roots*), so a bad one fails before any write.
-    Shards are scanned one after the other here (the first error stops the scan), or
-    all at once on the Ray cluster at *ray_address* (None: a local one); either way
+    Shards are scanned one after the other here (the first error stops the scan), or with
+    *executor* ``"ray"`` all at once on the cluster at *ray_address* (None: start a local
+    one); either way
     the first error in dataset order is the one raised. *progress* hears
     ``("scan", n)`` as trajectories are read (on Ray, as each shard's scan returns).
     """
@@ -251,8 +249,8 @@ def scan_dataset(
     calls = [(index, path, size, seed, tuple(allowed_roots)) for index, path in enumerate(paths)]
     scans = (
         (scan_shard(*call, progress=report) for call in calls)
-        if ray_address == _LOCAL
-        else _on_cluster(
+        if executor == "local"
+        else map_on_cluster(
             scan_shard, calls, ray_address, lambda shard: report("scan", shard.sampler.total)
         )
     )
@@ -265,8 +263,7 @@ def scan_dataset(
 class ShardScan:
     """What pass 1 learned about one shard (or how far it got before its first error)."""
 
-    def __init__(self, index: int, path: Path, size: int | None, seed: int) -> None:
-        self.index = index
+    def __init__(self, path: Path, size: int | None, seed: int) -> None:
         self.path = path
         self.sampler = StratifiedSampler(size, seed)
         self.ids = IdIndex()
@@ -290,7 +287,7 @@ def scan_shard(
     """Pass 1 over one shard (on this machine or a Ray worker); stops at its first bad line.
 
     *progress* (here, not on a worker) hears ``("scan", n)`` every few thousand lines."""
-    shard = ShardScan(index, path, size, seed)
+    shard = ShardScan(path, size, seed)
     confiner = PathConfiner(path, allowed_roots)  # the folder and roots resolved once
     counted = _Counted(progress, "scan")
     try:
@@ -398,17 +395,6 @@ class _ScanMerge:
         )
 
 
-def _on_cluster(
-    function: Callable[..., T],
-    calls: Sequence[tuple[Any, ...]],
-    ray_address: str | None,
-    on_result: Callable[[T], None] | None = None,
-) -> list[T]:
-    from fidelity.executors.ray import map_on_cluster
-
-    return map_on_cluster(function, calls, ray_address, on_result)
-
-
 def _per_shard(scan: Scan) -> Iterator[tuple[int, ShardInfo, int]]:
     """``(shard index, shard, position of its first trajectory in the dataset)``."""
     offset = 0
@@ -419,15 +405,15 @@ def _per_shard(scan: Scan) -> Iterator[tuple[int, ShardInfo, int]]:
 
 def _sampled(scan: Scan, options: GateOptions) -> list[Trajectory]:
     """Pass 2: the sampled trajectories, in dataset order (only their lines are parsed)."""
-    chosen = sorted(scan.chosen)
     calls = []
     for index, shard, offset in _per_shard(scan):
-        wanted = [p - offset for p in chosen if offset <= p < offset + shard.trajectories]
+        wanted = [p - offset for p in scan.chosen if offset <= p < offset + shard.trajectories]
         if wanted:
             calls.append((index, shard.path, wanted, tuple(options.allowed_roots)))
     if options.executor != "ray":
         return [t for call in calls for t in sampled_in_shard(*call)]
-    return [t for part in _on_cluster(sampled_in_shard, calls, options.ray_address) for t in part]
+    parts = map_on_cluster(sampled_in_shard, calls, options.ray_address)
+    return [t for part in parts for t in part]
 
 
 def sampled_in_shard(
@@ -719,7 +705,7 @@ def _write(
         written = (
             [write_shard(*call, progress=progress) for call in calls]
             if options.executor != "ray"
-            else _on_cluster(
+            else map_on_cluster(
                 write_shard,
                 calls,
                 options.ray_address,

@@ -116,14 +116,16 @@ def map_on_cluster(
     ray = _connect(address)
     remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(function)
     refs = [remote.remote(*args) for args in calls]
+    order = {ref: index for index, ref in enumerate(refs)}
+    results: dict[int, T] = {}
     try:
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            result = ray.get(done[0])
+            result = results[order[done[0]]] = ray.get(done[0])  # fetched once, kept
             if on_result is not None:
                 on_result(result)
-        return list(ray.get(refs))
+        return [results[index] for index in range(len(refs))]
     except BaseException as exc:
         for ref in refs:
             ray.cancel(ref, force=True)
