@@ -40,6 +40,11 @@ from functools import lru_cache
 
 from fidelity.compare.commands import runs_git, unordered_output
 
+try:
+    from fidelity.compare import _fastnorm
+except ImportError:  # a source tree nobody built: the regex passes alone give the same result
+    _fastnorm = None  # type: ignore[assignment]
+
 __all__ = [
     "DEFAULT_RULES",
     "PID_OUTPUT_RULE",
@@ -349,10 +354,11 @@ _PID_COMMAND = re.compile(r"\$!|\$\$|\$BASHPID|getpid\(\)|getppid\(\)|\bpgrep\b|
 class _Pass:
     """One regex pass: a single rule, or several fused rules sharing a lead."""
 
-    __slots__ = ("guard", "names", "regex", "replacement", "replacements")
+    __slots__ = ("guard", "names", "regex", "replacement", "replacements", "rules")
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         first = rules[0]
+        self.rules = tuple(rules)
         self.guard = _guard(first.guard)
         self.names = tuple(r.name for r in rules)
         self.replacement = first.replacement
@@ -460,6 +466,7 @@ class Normalizer:
         *,
         whole_text: frozenset[str] = frozenset({GIT_ID_RULE, ORDER_RULE, PID_OUTPUT_RULE}),
         line_memo: bool = True,
+        compiled: bool = True,
     ) -> None:
         self.rules = tuple(rules)
         self.limit = limit
@@ -472,6 +479,8 @@ class Normalizer:
             local -= 1
         self._whole_passes, self._line_passes = self._passes[:local], self._passes[local:]
         self._clean: set[str] = set()
+        self._program = compiled_program(self._line_passes) if compiled else None
+        self._program_names = tuple(name for step in self._line_passes for name in step.names)
         self._cached = lru_cache(maxsize=cache_size)(self.__call__)
 
     def _pass_rules(self, index: int) -> list[Rule]:
@@ -518,6 +527,33 @@ class Normalizer:
         return text, counts
 
     def _line_local(self, text: str, counts: dict[str, int]) -> str:
+        """The line-local passes over *text*: compiled for its ASCII lines when they can be."""
+        if self._program is None:
+            return self._line_local_regex(text, counts)
+        if text.isascii():
+            return self._line_local_compiled(text, counts)
+        lines = text.split("\n")
+        plain = [i for i, line in enumerate(lines) if line.isascii()]
+        if not plain:
+            return self._line_local_regex(text, counts)
+        rest = [i for i, line in enumerate(lines) if not line.isascii()]
+        for at, block in (
+            (plain, self._line_local_compiled("\n".join(lines[i] for i in plain), counts)),
+            (rest, self._line_local_regex("\n".join(lines[i] for i in rest), counts)),
+        ):
+            for i, line in zip(at, block.split("\n"), strict=True):
+                lines[i] = line
+        return "\n".join(lines)
+
+    def _line_local_compiled(self, text: str, counts: dict[str, int]) -> str:
+        """The line-local passes over ASCII *text* by ``_fastnorm`` (the regexes where it bails)."""
+        assert self._program is not None and _fastnorm is not None
+        done = _fastnorm.normalize(text, self._program, self._program_names, counts)
+        if done is None:  # a rule it does not translate has work to do (see _fastnorm.c)
+            return self._line_local_regex(text, counts)
+        return done
+
+    def _line_local_regex(self, text: str, counts: dict[str, int]) -> str:
         """The line-local passes over the lines of *text* not known to be clean."""
         lines = text.split("\n")
         clean = self._clean
@@ -539,6 +575,24 @@ class Normalizer:
             clean.clear()
         clean.update(a for a, b in zip(dirty, done, strict=True) if a == b)
         return block if len(at) == len(lines) else "\n".join(lines)
+
+
+def compiled_program(passes: Sequence[_Pass]) -> tuple[tuple[int, ...], ...] | None:
+    """The ``_fastnorm`` program of line-local *passes*, or None when a rule has no compiled
+    matcher (or the extension is not built): then the regexes run."""
+    if _fastnorm is None or not passes:
+        return None
+    program = []
+    for step in passes:
+        ids = tuple(_fastnorm.rule_id(*_fingerprint(rule)) for rule in step.rules)
+        if -1 in ids:
+            return None
+        program.append(ids)
+    return tuple(program)
+
+
+def _fingerprint(rule: Rule) -> tuple[str, str, str, int]:
+    return rule.name, rule.regex, rule.replacement, int(rule.flags)
 
 
 def _line_local(rule: Rule) -> bool:
