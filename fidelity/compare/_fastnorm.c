@@ -508,7 +508,7 @@ static int hex_lead(const Text *t, ssz p) { return is(t, p, K_HX) && word_start(
 static int m_uuid(const Text *t, ssz p, Match *m)
 {
     static const int GROUPS[] = {8, 4, 4, 4, 12};
-    if (!hex_lead(t, p)) return 0;
+    if (at(t, p + 8) != '-' || !hex_lead(t, p)) return 0;
     ssz q = p;
     for (int g = 0; g < 5; g++) {
         for (int j = 0; j < GROUPS[g]; j++, q++)
@@ -546,7 +546,7 @@ static int iso_zone_ends(const Text *t, ssz i, ssz out[3])
 
 static int m_timestamp(const Text *t, ssz p, Match *m)
 {
-    if (!hex_lead(t, p) || !digit_lead(t, p)) return 0;
+    if (!digit_lead(t, p) || !word_start(t, p)) return 0;
     ssz q = p + 1;
     /* ISO 8601: \d{3}-[01]\d-[0-3]\d(?:[T ]TIME)?(?:Z|[+-]\d\d(?::?\d\d)?| ZONE)? */
     if (is(t, q, K_D) && is(t, q + 1, K_D) && is(t, q + 2, K_D) && at(t, q + 3) == '-' &&
@@ -599,7 +599,7 @@ static int m_timestamp(const Text *t, ssz p, Match *m)
 
 static int m_epoch(const Text *t, ssz p, Match *m)
 {
-    if (!hex_lead(t, p) || at(t, p) != '1' || at(t, p - 1) == '.') return 0;
+    if (at(t, p) != '1' || at(t, p - 1) == '.' || !word_start(t, p)) return 0;
     if (!one_of(at(t, p + 1), "456789") || run(t, p + 2, K_D) < 8) return 0;
     ssz seconds = p + 10, ends[2];
     int count = 0;
@@ -624,6 +624,7 @@ static int m_epoch(const Text *t, ssz p, Match *m)
 static const char *const UNITS[] = {"ns",      "us",     "ms",    "sec",  "secs",
                                     "seconds", "second", "min",   "mins", "minutes",
                                     "minute",  "hours",  "hour",  "hrs",  "hr"};
+static const ssz UNIT_LENGTHS[] = {2, 2, 2, 3, 4, 7, 6, 3, 4, 7, 6, 5, 4, 3, 2};
 
 /* ++ runs: a letter then at least one digit, all of them */
 static inline ssz tagged_digits(const Text *t, ssz i, int tag)
@@ -634,7 +635,7 @@ static inline ssz tagged_digits(const Text *t, ssz i, int tag)
 
 static int m_duration(const Text *t, ssz p, Match *m)
 {
-    if (!hex_lead(t, p) || !digit_lead(t, p)) return 0;
+    if (!digit_lead(t, p) || !word_start(t, p)) return 0;
     ssz q = p + 1;
     if (is(t, q, K_D) && is(t, q + 1, K_D) && at(t, q + 2) == '0' && at(t, q + 3) == 's' &&
         word_ends(t, q + 4))
@@ -644,8 +645,9 @@ static int m_duration(const Text *t, ssz p, Match *m)
     ssz r = tagged_digits(t, tagged_digits(t, tagged_digits(t, q, 'h'), 'm'), '.');
     if (at(t, r) == 's' && word_ends(t, r + 1)) return found(m, r + 1);
     if (at(t, q) == ' ') q++;
+    if (!one_of(at(t, q), "numsh")) return 0; /* the first letters of the units */
     for (size_t k = 0; k < sizeof UNITS / sizeof *UNITS; k++) {
-        ssz len = (ssz)strlen(UNITS[k]);
+        ssz len = UNIT_LENGTHS[k];
         if (starts(t, q, UNITS[k], len) && word_ends(t, q + len)) return found(m, q + len);
     }
     return 0;
@@ -684,6 +686,10 @@ typedef struct {
     const char *guard[3]; /* literals of which one occurs in every text a match is in */
 } RuleDef;
 
+/* filled by init_rules: per rule id */
+static ssz BEFORE_LEN[32], AFTER_LEN[32], PREFIX_LEN[32];
+static int USES_GROUP[32];
+
 static const RuleDef RULE_DEFS[] = {
     {"carriage_return", 0x5dcbc4b617fa394bULL, NULL, "", "", "", "\r", NULL, 0, {NULL}},
     {"temp_path", 0x30de15cbc278c76fULL, m_temp_path, "/", "", "<TMP>", NULL, "/tmp/", 0, {NULL}},
@@ -712,13 +718,21 @@ static const RuleDef RULE_DEFS[] = {
      {NULL}},
 };
 #define RULE_COUNT ((int)(sizeof RULE_DEFS / sizeof *RULE_DEFS))
+_Static_assert(sizeof RULE_DEFS / sizeof *RULE_DEFS <= 32, "the per-rule tables hold 32");
 
 /* group 1 goes into the replacement of these (\1 in normalize.py) */
-static int uses_group(int id)
+static const char *const GROUP_RULES[] = {"test_seed", "bearer_token", "pid", "bracket_pid"};
+
+static void init_rules(void)
 {
-    const char *name = RULE_DEFS[id].name;
-    return !strcmp(name, "test_seed") || !strcmp(name, "bearer_token") || !strcmp(name, "pid") ||
-           !strcmp(name, "bracket_pid");
+    for (int id = 0; id < RULE_COUNT; id++) {
+        const RuleDef *def = &RULE_DEFS[id];
+        BEFORE_LEN[id] = (ssz)strlen(def->before);
+        AFTER_LEN[id] = (ssz)strlen(def->after);
+        PREFIX_LEN[id] = def->prefix ? (ssz)strlen(def->prefix) : 0;
+        for (size_t g = 0; g < sizeof GROUP_RULES / sizeof *GROUP_RULES; g++)
+            if (!strcmp(def->name, GROUP_RULES[g])) USES_GROUP[id] = 1;
+    }
 }
 
 static uint64_t fnv1a(uint64_t h, const char *data, Py_ssize_t len)
@@ -800,6 +814,22 @@ static ssz next_candidate(const Text *in, ssz p, const char *prefix, ssz prefix_
     return p;
 }
 
+/* next_candidate for passes whose matches all start a word: a word whose first character
+ * cannot start a match is skipped whole */
+static ssz next_word_candidate(const Text *in, ssz p, const unsigned char *first)
+{
+    const unsigned char *s = in->s;
+    while (p < in->n) {
+        if (!(K[s[p]] & K_W)) {
+            p++;
+            continue;
+        }
+        if (first[s[p]] && (p == 0 || !(K[s[p - 1]] & K_W))) return p;
+        while (p < in->n && (K[s[p]] & K_W)) p++;
+    }
+    return in->n;
+}
+
 /* One pass of rules ids[0..count) (fused: at each position the first rule that matches) over
  * `in`; the result goes to `out` (emptied first). Returns the number of matches, -1 on error. */
 static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long *counts)
@@ -812,7 +842,7 @@ static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long
         word_lead &= RULE_DEFS[ids[r]].word_lead;
     }
     const char *prefix = count == 1 ? lead->prefix : NULL;
-    ssz prefix_len = prefix ? (ssz)strlen(prefix) : 0;
+    ssz prefix_len = prefix ? PREFIX_LEN[ids[0]] : 0;
     if (count == 1 && lead->guard[0]) {
         int any = 0;
         for (int g = 0; g < 3 && lead->guard[g] && !any; g++) any = contains(in->s, in->n, lead->guard[g]);
@@ -821,7 +851,8 @@ static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long
     ssz matches = 0, copied = 0, p = 0;
     out->len = 0;
     const unsigned char *s = in->s;
-    while ((p = next_candidate(in, p, prefix, prefix_len, first)) < in->n) {
+    while ((p = word_lead ? next_word_candidate(in, p, first)
+                          : next_candidate(in, p, prefix, prefix_len, first)) < in->n) {
         Match m;
         int hit = -1;
         for (int r = 0; r < count && hit < 0; r++)
@@ -834,10 +865,10 @@ static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long
         }
         const RuleDef *def = &RULE_DEFS[ids[hit]];
         if (put(out, s + copied, p - copied) < 0 ||
-            put(out, def->before, (ssz)strlen(def->before)) < 0)
+            put(out, def->before, BEFORE_LEN[ids[hit]]) < 0)
             return -1;
-        if (uses_group(ids[hit]) && m.g1 >= 0 && put(out, s + m.g1, m.g1_end - m.g1) < 0) return -1;
-        if (put(out, def->after, (ssz)strlen(def->after)) < 0) return -1;
+        if (USES_GROUP[ids[hit]] && m.g1 >= 0 && put(out, s + m.g1, m.g1_end - m.g1) < 0) return -1;
+        if (put(out, def->after, AFTER_LEN[ids[hit]]) < 0) return -1;
         counts[hit]++;
         matches++;
         copied = p = m.end;
@@ -957,5 +988,6 @@ static struct PyModuleDef MODULE = {
 PyMODINIT_FUNC PyInit__fastnorm(void)
 {
     init_classes();
+    init_rules();
     return PyModule_Create(&MODULE);
 }
