@@ -669,6 +669,18 @@ static int m_hex_id(const Text *t, ssz p, Match *m)
     return found(m, q + k);
 }
 
+/* (?<![\w/<>-])[0-9a-f]{7,40}(?![\w/<>-]) : abbreviated commit ids in git's output */
+static int m_git_short_id(const Text *t, ssz p, Match *m)
+{
+    int before = at(t, p - 1);
+    if (is(t, p - 1, K_W) || before == '/' || before == '<' || before == '>' || before == '-') return 0;
+    ssz k = run(t, p, K_HL);
+    if (k < 7 || k > 40) return 0;
+    int after = at(t, p + k);
+    if (is(t, p + k, K_W) || after == '/' || after == '<' || after == '>' || after == '-') return 0;
+    return found(m, p + k);
+}
+
 /* -- the rule table ------------------------------------------------------------------------- */
 
 typedef int (*Matcher)(const Text *, ssz, Match *);
@@ -716,6 +728,8 @@ static const RuleDef RULE_DEFS[] = {
      {NULL}},
     {"hex_id", 0xb48e47ea70385b85ULL, m_hex_id, "0123456789abcdef", "", "<HEX>", NULL, NULL, 1,
      {NULL}},
+    {"git_short_id", 0xd431d7b302086476ULL, m_git_short_id, "0123456789abcdef", "", "<HEX>", NULL,
+     NULL, 1, {NULL}},
 };
 #define RULE_COUNT ((int)(sizeof RULE_DEFS / sizeof *RULE_DEFS))
 _Static_assert(sizeof RULE_DEFS / sizeof *RULE_DEFS <= 32, "the per-rule tables hold 32");

@@ -344,7 +344,13 @@ CLEAN_LINES_MAX = 1 << 16
 
 ORDER_RULE = "unordered_lines"
 GIT_ID_RULE = "git_short_id"
-_GIT_SHORT_ID = re.compile(r"(?<![\w/<>-])[0-9a-f]{7,40}(?![\w/<>-])")
+GIT_SHORT_ID = Rule(
+    GIT_ID_RULE,
+    r"(?<![\w/<>-])[0-9a-f]{7,40}(?![\w/<>-])",
+    "<HEX>",
+    description="abbreviated commit ids in git's output (also all-digit ones)",
+)
+_GIT_SHORT_ID = re.compile(GIT_SHORT_ID.regex)
 TRUNCATE_RULE = "truncate"
 PID_OUTPUT_RULE = "action_pid"
 _PID_LINE = re.compile(r"^([ \t]*(?:\[\d+\][+-]?[ \t]+)?)\d{2,7}[ \t]*$", re.MULTILINE)
@@ -481,6 +487,7 @@ class Normalizer:
         self._clean: set[str] = set()
         self._program = compiled_program(self._line_passes) if compiled else None
         self._program_names = tuple(name for step in self._line_passes for name in step.names)
+        self._git_program = compiled_program([_Pass([GIT_SHORT_ID])]) if compiled else None
         self._cached = lru_cache(maxsize=cache_size)(self.__call__)
 
     def _pass_rules(self, index: int) -> list[Rule]:
@@ -511,9 +518,7 @@ class Normalizer:
         if command and self.git_ids and runs_git(command):
             # An abbreviated commit id is all digits 1 time in 27 (7 chars): hex_id,
             # which needs a letter to stay clear of plain numbers, cannot see those.
-            text, n = _GIT_SHORT_ID.subn("<HEX>", text)
-            if n:
-                counts[GIT_ID_RULE] = n
+            text = self._git_short_ids(text, counts)
         if command and self.pids and _PID_COMMAND.search(command):
             # the action prints a PID (`cmd & echo $!`, `os.getpid()`): a bare number on its
             # own line is that PID, different in every run
@@ -525,6 +530,17 @@ class Normalizer:
             if n:
                 counts[ORDER_RULE] = n
         return text, counts
+
+    def _git_short_ids(self, text: str, counts: dict[str, int]) -> str:
+        """:data:`GIT_SHORT_ID` over *text*, compiled when it is ASCII."""
+        if self._git_program is not None and _fastnorm is not None and text.isascii():
+            done = _fastnorm.normalize(text, self._git_program, (GIT_ID_RULE,), counts)
+            if done is not None:
+                return done
+        text, n = _GIT_SHORT_ID.subn(GIT_SHORT_ID.replacement, text)
+        if n:
+            counts[GIT_ID_RULE] = counts.get(GIT_ID_RULE, 0) + n
+        return text
 
     def _line_local(self, text: str, counts: dict[str, int]) -> str:
         """The line-local passes over *text*: compiled for its ASCII lines when they can be."""

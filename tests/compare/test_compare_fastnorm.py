@@ -50,6 +50,7 @@ PIECES = [
     *("token=", "TOKEN=", "sessionid=", "csrf=", "sig=", "xtoken=", "session_key="),
     *("localhost", "127.0.0.1", "0.0.0.0", "[::]", "[::1]", ":8000", ":123456"),
     *("random seed", "Random-seed", "randomly-seed", "PYTHONHASHSEED", "hypothesis seed"),
+    *("5816351", "0997741..abcdef0", "1234567/", "<1234567>", "a1b2c3d-", "-a1b2c3d"),
     *("seed", "root@", "@3f2a9c1b7e4d", "@3f2a9c1b7e4dx", "<TMP>", "<PORT>", "\x1c", "\x0b"),
 ]
 
@@ -63,6 +64,7 @@ def test_the_extension_is_built_and_runs_every_default_line_rule() -> None:
     assert normalize_module._fastnorm is not None
     assert COMPILED._program is not None
     assert len(COMPILED._program_names) == len(COMPILED._line_passes) + 4  # the fused id pass
+    assert COMPILED._git_program is not None
 
 
 def test_an_edited_rule_is_not_matched_by_the_compiled_code() -> None:
@@ -100,7 +102,7 @@ def test_public_agent_runs() -> None:
     for run in load_runs():
         for step in run.trajectory.steps:
             command = step.action.render()
-            both(command)
+            both(command, "git show")
             if step.observation is not None and step.observation.text:
                 both(step.observation.text, command)
                 texts += 1
@@ -110,7 +112,9 @@ def test_public_agent_runs() -> None:
 @settings(max_examples=1500, deadline=None, derandomize=True)
 @given(st.lists(st.sampled_from(PIECES), max_size=40))
 def test_generated_texts(pieces: list[str]) -> None:
-    both("".join(pieces))
+    text = "".join(pieces)
+    both(text)
+    both(text, "git log --oneline")
 
 
 def test_mixed_ascii_and_other_lines_and_bail_outs() -> None:
