@@ -23,16 +23,23 @@ one regex (one pass over the text, a callback counts which rule matched), and
 rules whose anchor text is absent are skipped by a substring test (``guard``).
 
 Most rules are line-local (:data:`LINE_LOCAL`: a match never spans or inspects
-a line break beyond its own line), so the trailing run of such passes skips
-lines already seen to come out of them unchanged ("clean lines": a line with a
-substitution always changes, since no replacement equals what it replaces).
-Real and simulated outputs of one step share most of their lines, as do
-successive steps, so about half the text is never scanned twice; the result
-and the counts are exactly those of the whole-text passes.
+a line break beyond its own line). The trailing run of such passes runs
+compiled: ``_fastnorm.c`` holds a hand translation of each built-in line-local
+rule (and of :data:`GIT_SHORT_ID`) with ``re``'s semantics, used only while the
+rule's name, regex, replacement and flags keep the fingerprint it was written
+from, and only on ASCII lines (the others, and texts where a rule it does not
+translate has work, go through the regexes). The regexes stay the reference:
+the tests run both on the rule examples, the public agent runs and generated
+texts and require the same text and counts. Without the extension (a source
+tree nobody built) the regex passes skip lines already seen to come out of them
+unchanged ("clean lines": a line with a substitution always changes, since no
+replacement equals what it replaces); the result and the counts are exactly
+those of the whole-text passes either way.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -458,8 +465,11 @@ class Normalizer:
     """Applies a rule set (plus truncation and line ordering) to texts.
 
     Build one per rule set and reuse it: construction compiles the regexes.
-    With *line_memo* (the default) the trailing line-local passes skip lines
-    already known to be clean (same result, see the module docstring).
+    With *line_memo* (the default) the trailing line-local passes run apart
+    from the others: compiled (*compiled*, the default, when ``_fastnorm`` is
+    built) or skipping lines already known to be clean; the result is the same
+    (see the module docstring). ``line_memo=False`` runs every regex on the
+    whole text: the reference.
     :meth:`cached` remembers recent results (history texts are normalized
     again at every later depth); its counts must not be mutated.
     """
@@ -515,17 +525,20 @@ class Normalizer:
             text = step.apply(text, counts)
         if self._line_passes:
             text = self._line_local(text, counts)
-        if command and self.git_ids and runs_git(command):
+        if not command:
+            return text, counts
+        git, prints_pid, unordered = _command_traits(command)
+        if git and self.git_ids:
             # An abbreviated commit id is all digits 1 time in 27 (7 chars): hex_id,
             # which needs a letter to stay clear of plain numbers, cannot see those.
             text = self._git_short_ids(text, counts)
-        if command and self.pids and _PID_COMMAND.search(command):
+        if prints_pid and self.pids:
             # the action prints a PID (`cmd & echo $!`, `os.getpid()`): a bare number on its
             # own line is that PID, different in every run
             text, n = _PID_LINE.subn(r"\1<PID>", text)
             if n:
                 counts[PID_OUTPUT_RULE] = n
-        if command and self.ordering and unordered_output(command):
+        if unordered and self.ordering:
             text, n = sort_lines(text)
             if n:
                 counts[ORDER_RULE] = n
@@ -611,6 +624,12 @@ def _fingerprint(rule: Rule) -> tuple[str, str, str, int]:
     return rule.name, rule.regex, rule.replacement, int(rule.flags)
 
 
+@lru_cache(maxsize=4096)
+def _command_traits(command: str) -> tuple[bool, bool, bool]:
+    """``(runs git, prints a PID, output order unspecified)`` of a command line."""
+    return runs_git(command), _PID_COMMAND.search(command) is not None, unordered_output(command)
+
+
 def _line_local(rule: Rule) -> bool:
     return RULES.get(rule.name) == rule and rule.name in LINE_LOCAL
 
@@ -650,9 +669,9 @@ def sort_lines(text: str) -> tuple[str, int]:
     trailing = text.endswith("\n")
     lines = (text[:-1] if trailing else text).split("\n")
     ordered = sorted(lines)
-    moved = sum(1 for a, b in zip(lines, ordered, strict=True) if a != b)
-    if not moved:
+    if ordered == lines:
         return text, 0
+    moved = sum(map(operator.ne, lines, ordered))
     return "\n".join(ordered) + ("\n" if trailing else ""), moved
 
 
