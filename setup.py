@@ -1,7 +1,8 @@
-"""The one compiled module, ``fidelity.compare._fastnorm``; everything else is in pyproject.toml.
+"""The compiled modules; everything else is in pyproject.toml.
 
-It runs the line-local built-in normalization rules (the regexes in
-``fidelity/compare/normalize.py`` stay the reference, and the tests compare both).
+``fidelity.compare._fastnorm`` runs the line-local built-in normalization rules and
+``fidelity.compare._fastentities`` the entity regex (the regexes in ``normalize.py``
+and ``entities.py`` stay the reference, and the tests compare both ways).
 """
 
 from setuptools import Extension, setup
@@ -9,9 +10,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "fidelity.compare._fastnorm",
-            ["fidelity/compare/_fastnorm.c"],
-            extra_compile_args=["-O2"],
+            f"fidelity.compare.{name}", [f"fidelity/compare/{name}.c"], extra_compile_args=["-O2"]
         )
+        for name in ("_fastnorm", "_fastentities")
     ]
 )
