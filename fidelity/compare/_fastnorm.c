@@ -113,17 +113,30 @@ static inline int one_of(int c, const char *set)
         if (*set == c) return 1;
     return 0;
 }
-/* the first occurrence of lit (len >= 1) in s[0..n), or NULL; memchr finds its first byte */
+/* How common a character is in terminal text (higher: rarer); find() looks for a literal's
+ * rarest character with memchr, then checks the rest around it. */
+static int rarity(int c)
+{
+    static const char COMMON[] = "e tanoisrhldcu/.-_:=0123456789mfpgwybvkxjqz";
+    const char *at = strchr(COMMON, c);
+    return c && at ? (int)(at - COMMON) : 100;
+}
+
+/* the first occurrence of lit (len >= 1) in s[0..n), or NULL */
 static const unsigned char *find(const unsigned char *s, ssz n, const char *lit, ssz len)
 {
-    const unsigned char *end = s + n;
-    while (end - s >= len) {
-        const unsigned char *f = memchr(s, (unsigned char)lit[0], (size_t)(end - s - len + 1));
+    ssz anchor = 0;
+    for (ssz j = 1; j < len; j++)
+        if (rarity((unsigned char)lit[j]) > rarity((unsigned char)lit[anchor])) anchor = j;
+    const unsigned char *end = s + n, *from = s + anchor;
+    while (end - from >= len - anchor) {
+        const unsigned char *f = memchr(from, (unsigned char)lit[anchor], (size_t)(end - from - (len - anchor) + 1));
         if (!f) return NULL;
-        ssz j = 1;
-        while (j < len && f[j] == (unsigned char)lit[j]) j++;
-        if (j == len) return f;
-        s = f + 1;
+        const unsigned char *start = f - anchor;
+        ssz j = 0;
+        while (j < len && start[j] == (unsigned char)lit[j]) j++;
+        if (j == len) return start;
+        from = f + 1;
     }
     return NULL;
 }
@@ -714,7 +727,8 @@ static const RuleDef RULE_DEFS[] = {
     {"bearer_token", 0x24c2f141da8137f3ULL, m_bearer_token, "BT", "", "<TOKEN>", NULL, NULL, 0,
      {"Bearer ", "Token ", NULL}},
     {"hostname", 0xbb2f6989ea09ce64ULL, m_hostname, "@", "@", "<HOST>", NULL, "@", 0, {NULL}},
-    {"port", 0xab30bbb3f4992b15ULL, m_port, ":", ":", "<PORT>", NULL, ":", 0, {NULL}},
+    {"port", 0xab30bbb3f4992b15ULL, m_port, ":", ":", "<PORT>", NULL, ":", 0,
+     {"localhost:", ".0.0.", "[::"}},
     {"pid", 0x53d6112b142ba9d3ULL, m_pid, "pP", "", "<PID>", NULL, NULL, 1, {NULL}},
     {"bracket_pid", 0x6d953db28ee39bc9ULL, m_bracket_pid, "[", "[", "<PID>", NULL, "[", 0, {NULL}},
     {"hex_address", 0x24f3ac83db85e73dULL, m_hex_address, "0", "", "<ADDR>", NULL, "0x", 0, {NULL}},
@@ -828,20 +842,50 @@ static ssz next_candidate(const Text *in, ssz p, const char *prefix, ssz prefix_
     return p;
 }
 
-/* next_candidate for passes whose matches all start a word: a word whose first character
- * cannot start a match is skipped whole */
-static ssz next_word_candidate(const Text *in, ssz p, const unsigned char *first)
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* bit i set: s[i] is a word character [A-Za-z0-9_] (ASCII: signed compares are safe) */
+static inline unsigned word_mask16(const unsigned char *s)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
+    __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),
+                                  _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+    __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(folded, _mm_set1_epi8('a' - 1)),
+                                   _mm_cmplt_epi8(folded, _mm_set1_epi8('z' + 1)));
+    __m128i under = _mm_cmpeq_epi8(v, _mm_set1_epi8('_'));
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(digit, letter), under));
+}
+#endif
+
+/* The first position from p where a word starts (a word character after a non-word one). */
+static ssz next_word_start(const Text *in, ssz p)
 {
     const unsigned char *s = in->s;
-    while (p < in->n) {
-        if (!(K[s[p]] & K_W)) {
-            p++;
-            continue;
-        }
-        if (first[s[p]] && (p == 0 || !(K[s[p - 1]] & K_W))) return p;
-        while (p < in->n && (K[s[p]] & K_W)) p++;
+    ssz n = in->n;
+    unsigned before = p > 0 && (K[s[p - 1]] & K_W);
+#if defined(__SSE2__)
+    while (p + 16 <= n) {
+        unsigned words = word_mask16(s + p);
+        unsigned starts = words & ~((words << 1) | before) & 0xFFFFu;
+        if (starts) return p + __builtin_ctz(starts);
+        before = (words >> 15) & 1u;
+        p += 16;
     }
-    return in->n;
+#endif
+    for (; p < n; p++) {
+        unsigned word = (K[s[p]] & K_W) != 0;
+        if (word && !before) return p;
+        before = word;
+    }
+    return n;
+}
+
+/* next_candidate for passes whose matches all start a word */
+static ssz next_word_candidate(const Text *in, ssz p, const unsigned char *first)
+{
+    while ((p = next_word_start(in, p)) < in->n && !first[in->s[p]]) p++;
+    return p;
 }
 
 /* One pass of rules ids[0..count) (fused: at each position the first rule that matches) over
@@ -872,9 +916,7 @@ static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long
         for (int r = 0; r < count && hit < 0; r++)
             if (RULE_DEFS[ids[r]].match(in, p, &m)) hit = r;
         if (hit < 0) {
-            p++;
-            if (word_lead) /* every lead is a word character: the rest of this word cannot start */
-                while (p < in->n && (K[s[p]] & K_W)) p++;
+            p++; /* with word leads, next_word_candidate skips the rest of this word */
             continue;
         }
         const RuleDef *def = &RULE_DEFS[ids[hit]];
