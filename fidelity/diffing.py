@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
@@ -140,7 +139,8 @@ class JsonResultText:
         indented = json.dumps(json.loads(row.model_dump_json()), indent=2, ensure_ascii=False)
         start = ",\n" if self.rows else '{\n  "rows": [\n'
         self.rows += 1
-        return start + textwrap.indent(indented, "    ")
+        # textwrap.indent, for text without blank lines (indented JSON has none), at C speed
+        return start + "    " + indented.replace("\n", "\n    ")
 
     def end(self, only_real: list[str], only_sim: list[str]) -> str:
         """The rest of the document, from the end of the rows."""
