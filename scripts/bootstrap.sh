@@ -9,6 +9,11 @@ command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v git >/dev/null || missing+=(git)
 command -v prlimit >/dev/null || missing+=(util-linux)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+# the package compiles two C modules (the normalization rules and the entity regex)
+command -v gcc >/dev/null || missing+=(gcc)
+[ -f /usr/include/stdio.h ] || missing+=(libc6-dev)
+python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || missing+=(python3-dev)
 case " $* " in  # real headless Chromium (Debian's; Playwright drives it): report tests, web domain
     *" tests "*|*" web "*|*" benchmarks "*)
         # the browser sandbox runs /usr/bin/chromium itself (a `chromium` elsewhere on PATH,
