@@ -21,6 +21,12 @@ of each way between the two sizes (process start and imports cancelled out).
 
     python benchmarks/diff_throughput.py [--trajectories 200] [--depth 10] [--scale 4]
 
+``--large N`` then runs ``fidelity diff --format jsonl`` alone on N trajectories
+(``--large 10000``: 100,000 steps, the scale the throughput target was set at)
+and prints its steps per second of one core, start-up included, and its peak
+RSS; the difflib loop is not run at that size (it would take about 8 minutes),
+its marginal rate from the two sizes stands for it.
+
 ``--parts`` instead prints where the time of one diff goes: the CPU of
 ``fidelity diff`` on one trajectory (start-up: imports, option parsing), then,
 in this process on the first size, microseconds per step of reading and pairing
@@ -239,6 +245,9 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=10)
     parser.add_argument("--scale", type=int, default=4, help="the second size, in first sizes")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--large", type=int, default=0, help="then fidelity alone on this many trajectories"
+    )
     parser.add_argument("--naive", nargs=2, metavar=("REAL", "SIM"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--parts", action="store_true", help="print where the time goes (start-up, parts per step)"
@@ -266,9 +275,27 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             real, sim, size = write_files(Path(folder), trajectories, args.depth, args.seed)
             run_ways(real, sim, trajectories * args.depth, size, cpus)
+    marginals = {}
     for way, ((small, cpu_small), (large, cpu_large)) in cpus.items():
-        marginal = (large - small) / (cpu_large - cpu_small)
+        marginals[way] = marginal = (large - small) / (cpu_large - cpu_small)
         print(f"marginal {way:>8} (start-up cancelled out): {marginal:7,.0f} steps/s")
+    if args.large:
+        run_large(args.large, args.depth, args.seed, marginals["naive"])
+
+
+def run_large(trajectories: int, depth: int, seed: int, naive_rate: float) -> None:
+    """``fidelity diff --format jsonl`` alone on *trajectories* × *depth* steps."""
+    with tempfile.TemporaryDirectory() as folder:
+        real, sim, size = write_files(Path(folder), trajectories, depth, seed)
+        steps = trajectories * depth
+        megabytes = (real.stat().st_size + sim.stat().st_size) / 2**20
+        command = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "-f", "jsonl"]
+        cpu, rss = timed(command)
+    print(f"{steps:,} steps, ~{size:,} B per observation, {megabytes:.0f} MiB of JSONL")
+    print(f"  fidelity: {cpu:6.2f} s CPU = {steps / cpu:7,.0f} steps/s, peak RSS {rss:6.1f} MiB")
+    print(
+        f"  ratio fidelity/naive (the naive way's marginal rate): {steps / cpu / naive_rate:.2f}x"
+    )
 
 
 if __name__ == "__main__":
