@@ -890,7 +890,8 @@ static ssz next_word_candidate(const Text *in, ssz p, const unsigned char *first
 
 /* One pass of rules ids[0..count) (fused: at each position the first rule that matches) over
  * `in`; the result goes to `out` (emptied first). Returns the number of matches, -1 on error. */
-static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long *counts)
+static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long *counts,
+                    long *first_hit, long *hits)
 {
     const RuleDef *lead = &RULE_DEFS[ids[0]];
     unsigned char first[256] = {0};
@@ -926,6 +927,7 @@ static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long
         if (USES_GROUP[ids[hit]] && m.g1 >= 0 && put(out, s + m.g1, m.g1_end - m.g1) < 0) return -1;
         if (put(out, def->after, AFTER_LEN[ids[hit]]) < 0) return -1;
         counts[hit]++;
+        if (!first_hit[hit]) first_hit[hit] = ++*hits; /* the order re.sub's callback meets the rules */
         matches++;
         copied = p = m.end;
     }
@@ -980,7 +982,7 @@ static PyObject *normalize(PyObject *self, PyObject *args)
     Text cur = {(const unsigned char *)PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
     Buffer buffers[2] = {{NULL, 0, 0}, {NULL, 0, 0}};
     int which = 0, changed = 0;
-    long counts[64 * MAX_PASS] = {0};
+    long counts[64 * MAX_PASS] = {0}, first[64 * MAX_PASS] = {0}, hits = 0;
     PyObject *result = NULL;
     Py_ssize_t at_rule = 0;
     for (Py_ssize_t i = 0; i < npasses; at_rule += sizes[i], i++) {
@@ -992,7 +994,8 @@ static PyObject *normalize(PyObject *self, PyObject *args)
             }
             continue;
         }
-        ssz n = run_pass(&cur, ids[i], sizes[i], &buffers[which], counts + at_rule);
+        ssz n = run_pass(&cur, ids[i], sizes[i], &buffers[which], counts + at_rule,
+                         first + at_rule, &hits);
         if (n < 0) goto done;
         if (n > 0) {
             cur.s = (const unsigned char *)buffers[which].data;
@@ -1001,8 +1004,11 @@ static PyObject *normalize(PyObject *self, PyObject *args)
             changed = 1;
         }
     }
-    for (Py_ssize_t r = 0; r < nrules; r++) {
-        if (!counts[r]) continue;
+    /* counts go into the dict in the order the regex passes insert them: pass by pass, and
+     * within a fused pass by each rule's first match (same keys, same order, same JSON) */
+    for (long order = 1; order <= hits; order++) {
+        Py_ssize_t r = 0;
+        while (r < nrules && first[r] != order) r++;
         PyObject *name = PyTuple_GET_ITEM(names, r), *before = PyDict_GetItemWithError(tallies, name);
         if (!before && PyErr_Occurred()) goto done;
         long total = counts[r];

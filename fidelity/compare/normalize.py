@@ -27,8 +27,8 @@ a line break beyond its own line). The trailing run of such passes runs
 compiled: ``_fastnorm.c`` holds a hand translation of each built-in line-local
 rule (and of :data:`GIT_SHORT_ID`) with ``re``'s semantics, used only while the
 rule's name, regex, replacement and flags keep the fingerprint it was written
-from, and only on ASCII lines (the others, and texts where a rule it does not
-translate has work, go through the regexes). The regexes stay the reference:
+from, and only on ASCII text (other text, and text where a rule it does not
+translate has work, goes through the regexes). The regexes stay the reference:
 the tests run both on the rule examples, the public agent runs and generated
 texts and require the same text and counts. Without the extension (a source
 tree nobody built) the regex passes skip lines already seen to come out of them
@@ -498,6 +498,14 @@ class Normalizer:
         self._program = compiled_program(self._line_passes) if compiled else None
         self._program_names = tuple(name for step in self._line_passes for name in step.names)
         self._git_program = compiled_program([_Pass([GIT_SHORT_ID])]) if compiled else None
+        # the guards' literals of the whole-text passes, when every one has a guard and the
+        # line-local passes run compiled: a text holding none goes straight to _fastnorm
+        whole_guards = [rule.guard for step in self._whole_passes for rule in step.rules]
+        self._direct: tuple[str, ...] | None = (
+            tuple(literal for guard in whole_guards for literal in guard)
+            if self._program is not None and all(whole_guards)
+            else None
+        )
         self._cached = lru_cache(maxsize=cache_size)(self.__call__)
 
     def _pass_rules(self, index: int) -> list[Rule]:
@@ -518,6 +526,15 @@ class Normalizer:
     def __call__(self, text: str, command: str | None = None) -> tuple[str, dict[str, int]]:
         """``(normalized text, substitutions per rule name)``; see :func:`normalize`."""
         counts: dict[str, int] = {}
+        if self._direct is not None and len(text) <= self.limit and text.isascii():
+            # the common case in one step: nothing for the whole-text passes (none of their
+            # guards occurs), the line-local ones compiled
+            for literal in self._direct:
+                if literal in text:
+                    break
+            else:
+                text = self._line_local_compiled(text, counts)
+                return self._command_rules(text, counts, command)
         text, n = truncate(text, self.limit)
         if n:
             counts[TRUNCATE_RULE] = n
@@ -525,6 +542,12 @@ class Normalizer:
             text = step.apply(text, counts)
         if self._line_passes:
             text = self._line_local(text, counts)
+        return self._command_rules(text, counts, command)
+
+    def _command_rules(
+        self, text: str, counts: dict[str, int], command: str | None
+    ) -> tuple[str, dict[str, int]]:
+        """The rules the action's command line turns on (git ids, a printed PID, order)."""
         if not command:
             return text, counts
         git, prints_pid, unordered = _command_traits(command)
@@ -556,23 +579,12 @@ class Normalizer:
         return text
 
     def _line_local(self, text: str, counts: dict[str, int]) -> str:
-        """The line-local passes over *text*: compiled for its ASCII lines when they can be."""
-        if self._program is None:
-            return self._line_local_regex(text, counts)
-        if text.isascii():
+        """The line-local passes over *text*: compiled when they can be, on ASCII text (the
+        regexes' counts come in the order they meet the rules: splitting a text would change
+        that order in the output)."""
+        if self._program is not None and text.isascii():
             return self._line_local_compiled(text, counts)
-        lines = text.split("\n")
-        plain = [i for i, line in enumerate(lines) if line.isascii()]
-        if not plain:
-            return self._line_local_regex(text, counts)
-        rest = [i for i, line in enumerate(lines) if not line.isascii()]
-        for at, block in (
-            (plain, self._line_local_compiled("\n".join(lines[i] for i in plain), counts)),
-            (rest, self._line_local_regex("\n".join(lines[i] for i in rest), counts)),
-        ):
-            for i, line in zip(at, block.split("\n"), strict=True):
-                lines[i] = line
-        return "\n".join(lines)
+        return self._line_local_regex(text, counts)
 
     def _line_local_compiled(self, text: str, counts: dict[str, int]) -> str:
         """The line-local passes over ASCII *text* by ``_fastnorm`` (the regexes where it bails)."""
