@@ -1035,7 +1035,114 @@ done:
     return result;
 }
 
+/* -- token and line codes ------------------------------------------------------------------ */
+
+/* One code point per distinct piece: Indel on the two code strings equals Indel on the two
+ * lists of pieces (the longest common subsequence depends only on which pieces are equal). */
+typedef struct {
+    const unsigned char *start;
+    ssz len;
+    uint32_t code;
+} Piece;
+
+static uint64_t piece_hash(const unsigned char *s, ssz len)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (ssz i = 0; i < len; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* str.split() (ASCII whitespace, runs dropped) or str.split("\n") of s[0..n): piece bounds */
+static ssz split_pieces(const unsigned char *s, ssz n, int lines, ssz *starts, ssz *ends)
+{
+    ssz count = 0;
+    if (lines) {
+        ssz from = 0;
+        for (ssz i = 0; i <= n; i++)
+            if (i == n || s[i] == '\n') {
+                starts[count] = from;
+                ends[count++] = i;
+                from = i + 1;
+            }
+        return count;
+    }
+    ssz i = 0;
+    while (i < n) {
+        while (i < n && (K[s[i]] & K_SP)) i++;
+        if (i == n) break;
+        starts[count] = i;
+        while (i < n && !(K[s[i]] & K_SP)) i++;
+        ends[count++] = i;
+    }
+    return count;
+}
+
+/* sequence_codes(a, b, lines) -> (codes_a, codes_b): see Piece */
+static PyObject *sequence_codes(PyObject *self, PyObject *args)
+{
+    PyObject *texts[2];
+    int lines;
+    if (!PyArg_ParseTuple(args, "UUp", &texts[0], &texts[1], &lines)) return NULL;
+    if (!PyUnicode_IS_ASCII(texts[0]) || !PyUnicode_IS_ASCII(texts[1])) {
+        PyErr_SetString(PyExc_ValueError, "_fastnorm.sequence_codes takes ASCII text only");
+        return NULL;
+    }
+    const unsigned char *s[2];
+    ssz n[2], most = 0;
+    for (int k = 0; k < 2; k++) {
+        s[k] = (const unsigned char *)PyUnicode_DATA(texts[k]);
+        n[k] = PyUnicode_GET_LENGTH(texts[k]);
+        most += n[k] / 2 + 2; /* pieces: at most one per two characters, plus the last line */
+    }
+    if (most > 0xE0000) { /* more pieces than code points above the surrogates */
+        PyErr_SetString(PyExc_ValueError, "_fastnorm.sequence_codes: texts too long");
+        return NULL;
+    }
+    ssz *bounds = PyMem_Malloc(sizeof(ssz) * 2 * (size_t)most);
+    size_t slots = 16;
+    while (slots < 2 * (size_t)most) slots *= 2;
+    Piece *table = PyMem_Calloc(slots, sizeof(Piece));
+    PyObject *result = NULL, *codes[2] = {NULL, NULL};
+    if (!bounds || !table) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t next = 0;
+    for (int k = 0; k < 2; k++) {
+        ssz *starts = bounds, *ends = bounds + most;
+        ssz count = split_pieces(s[k], n[k], lines, starts, ends);
+        codes[k] = PyUnicode_New(count, 0x10FFFF);
+        if (!codes[k]) goto done;
+        for (ssz i = 0; i < count; i++) {
+            const unsigned char *start = s[k] + starts[i];
+            ssz len = ends[i] - starts[i];
+            size_t slot = (size_t)piece_hash(start, len) & (slots - 1);
+            while (table[slot].start &&
+                   (table[slot].len != len || memcmp(table[slot].start, start, (size_t)len)))
+                slot = (slot + 1) & (slots - 1);
+            if (!table[slot].start) {
+                table[slot].start = start;
+                table[slot].len = len;
+                table[slot].code = 0x10000 + next++; /* clear of the surrogates */
+            }
+            PyUnicode_WRITE(PyUnicode_4BYTE_KIND, PyUnicode_DATA(codes[k]), i, table[slot].code);
+        }
+    }
+    result = PyTuple_Pack(2, codes[0], codes[1]);
+done:
+    Py_XDECREF(codes[0]);
+    Py_XDECREF(codes[1]);
+    PyMem_Free(bounds);
+    PyMem_Free(table);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
+    {"sequence_codes", sequence_codes, METH_VARARGS,
+     "sequence_codes(a, b, lines) -> two strings, a code point per token (per line if lines)"},
     {"rule_id", rule_id, METH_VARARGS,
      "rule_id(name, regex, replacement, flags) -> the id of the compiled rule, or -1"},
     {"normalize", normalize, METH_VARARGS,

@@ -57,6 +57,11 @@ from fidelity.compare.normalize import (
 )
 from fidelity.model import Observation
 
+try:
+    from fidelity.compare._fastnorm import sequence_codes
+except ImportError:  # a source tree nobody built: the token lists give the same similarity
+    sequence_codes = None  # type: ignore[assignment]
+
 DEFAULT_THRESHOLD = 0.9
 """Terminal drift threshold: a step scoring below it drifts."""
 
@@ -208,7 +213,12 @@ def similarity(real: str, sim: str) -> dict[str, float]:
     if real == sim:
         return {"line_sim": 1.0, "token_sim": 1.0, "char_sim": 1.0, "text_sim": 1.0}
     line = Indel.normalized_similarity(_lines(real), _lines(sim))
-    token = Indel.normalized_similarity(real.split(), sim.split())
+    if sequence_codes is not None and real.isascii() and sim.isascii():
+        # a code point per distinct token: the same longest common subsequence, without a
+        # list of strings to build and hash
+        token = Indel.normalized_similarity(*sequence_codes(real, sim, False))
+    else:
+        token = Indel.normalized_similarity(real.split(), sim.split())
     char = Indel.normalized_similarity(real, sim)
     w_line, w_token, w_char = WEIGHTS
     text = min(1.0, w_line * line + w_token * token + w_char * char)

@@ -12,17 +12,20 @@ units) next to each other in every order.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 
 import pytest
 from compare_samples import OUTPUTS, Run
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rapidfuzz.distance import Indel
 from test_compare_normalize import MUST_KEEP, MUST_REWRITE
 
 from fidelity.compare import normalize as normalize_module
 from fidelity.compare.calibration.devset_agents import SHARED, load_runs
 from fidelity.compare.normalize import DEFAULT_RULES, RULES, Normalizer, compiled_program
+from fidelity.compare.terminal import similarity
 from tests.conftest import unavailable
 
 REFERENCE = Normalizer(line_memo=False)
@@ -150,3 +153,30 @@ def test_mixed_ascii_and_other_lines_and_bail_outs() -> None:
 )
 def test_long_and_degenerate_texts(text: str) -> None:
     both(text)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(
+    st.lists(st.sampled_from([*PIECES[:60], "a b", "\n\n", " \t ", "x\x1cy"]), max_size=30),
+    st.lists(st.sampled_from([*PIECES[:60], "a b", "\n\n", " \t ", "x\x1cy"]), max_size=30),
+)
+def test_sequence_codes_give_the_lists_similarity(left: list[str], right: list[str]) -> None:
+    """Indel over a code point per token (or line) equals Indel over the lists of them."""
+    a, b = "".join(left), "".join(right)
+    if not (a.isascii() and b.isascii()):
+        return
+    fastnorm = normalize_module._fastnorm
+    assert fastnorm is not None
+    for lines, split in ((False, str.split), (True, lambda text: text.split("\n"))):
+        expected = Indel.normalized_similarity(split(a), split(b))
+        assert Indel.normalized_similarity(*fastnorm.sequence_codes(a, b, lines)) == expected
+
+
+def test_similarity_of_command_outputs_is_the_lists_one() -> None:
+    texts = []
+    for seed in range(3):
+        run = Run(seed)
+        texts += [REFERENCE(build(run))[0] for _, build in OUTPUTS.values()]
+    for a, b in itertools.pairwise(texts):
+        token = Indel.normalized_similarity(a.split(), b.split())
+        assert similarity(a, b)["token_sim"] == token
