@@ -386,6 +386,10 @@ static const char *const TOKEN_KEYS[] = {"token",  "session", "sessionid", "sess
 static int m_signed_token(const Text *t, ssz p, Match *m)
 {
     if (at(t, p) != '=') return 0;
+    int last = at(t, p - 1) | 0x20; /* every key ends in one of these letters (any case) */
+    if (last != 'n' && last != 'd' && last != 't' && last != 'e' && last != 'g' && last != 'f' &&
+        last != 'y')
+        return 0;
     int keyed = 0;
     for (size_t k = 0; k < sizeof TOKEN_KEYS / sizeof *TOKEN_KEYS && !keyed; k++) {
         ssz len = (ssz)strlen(TOKEN_KEYS[k]);
@@ -713,6 +717,7 @@ typedef struct {
 
 /* filled by init_rules: per rule id */
 static ssz BEFORE_LEN[32], AFTER_LEN[32], PREFIX_LEN[32];
+static unsigned char FIRST[32][256]; /* the characters a rule's match can start with */
 static int USES_GROUP[32];
 
 static const RuleDef RULE_DEFS[] = {
@@ -758,6 +763,7 @@ static void init_rules(void)
         BEFORE_LEN[id] = (ssz)strlen(def->before);
         AFTER_LEN[id] = (ssz)strlen(def->after);
         PREFIX_LEN[id] = def->prefix ? (ssz)strlen(def->prefix) : 0;
+        for (const char *c = def->first; *c; c++) FIRST[id][(unsigned char)*c] = 1;
         for (size_t g = 0; g < sizeof GROUP_RULES / sizeof *GROUP_RULES; g++)
             if (!strcmp(def->name, GROUP_RULES[g])) USES_GROUP[id] = 1;
     }
@@ -894,19 +900,25 @@ static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long
                     long *first_hit, long *hits)
 {
     const RuleDef *lead = &RULE_DEFS[ids[0]];
-    unsigned char first[256] = {0};
-    int word_lead = 1;
-    for (int r = 0; r < count; r++) {
-        for (const char *c = RULE_DEFS[ids[r]].first; *c; c++) first[(unsigned char)*c] = 1;
-        word_lead &= RULE_DEFS[ids[r]].word_lead;
+    if (count == 1 && lead->guard[0]) {
+        int any = 0;
+        for (int g = 0; g < 3 && lead->guard[g] && !any; g++)
+            any = contains(in->s, in->n, lead->guard[g]);
+        if (!any) return 0;
+    }
+    unsigned char fused[256];
+    const unsigned char *first = FIRST[ids[0]];
+    int word_lead = lead->word_lead;
+    if (count > 1) {
+        memset(fused, 0, sizeof fused);
+        for (int r = 0; r < count; r++) {
+            for (int c = 0; c < 256; c++) fused[c] |= FIRST[ids[r]][c];
+            word_lead &= RULE_DEFS[ids[r]].word_lead;
+        }
+        first = fused;
     }
     const char *prefix = count == 1 ? lead->prefix : NULL;
     ssz prefix_len = prefix ? PREFIX_LEN[ids[0]] : 0;
-    if (count == 1 && lead->guard[0]) {
-        int any = 0;
-        for (int g = 0; g < 3 && lead->guard[g] && !any; g++) any = contains(in->s, in->n, lead->guard[g]);
-        if (!any) return 0;
-    }
     ssz matches = 0, copied = 0, p = 0;
     out->len = 0;
     const unsigned char *s = in->s;
