@@ -4,15 +4,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian's own Python 3 when there is one: the Debian packages below (venv, headers) are for it,
+# and it is built with profile-guided optimization (an interpreter of a version manager, first
+# on PATH on some machines, may not be: fidelity diff ran 12% more instructions on one).
+# FIDELITY_PYTHON picks another.
+python=${FIDELITY_PYTHON:-python3}
+if [ -z "${FIDELITY_PYTHON:-}" ] && [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; fi
+
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v git >/dev/null || missing+=(git)
 command -v prlimit >/dev/null || missing+=(util-linux)
-python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+"$python" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 # the package compiles two C modules (the normalization rules and the entity regex)
 command -v gcc >/dev/null || missing+=(gcc)
 [ -f /usr/include/stdio.h ] || missing+=(libc6-dev)
-python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+"$python" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     || missing+=(python3-dev)
 case " $* " in  # real headless Chromium (Debian's; Playwright drives it): report tests, web domain
     *" tests "*|*" web "*|*" benchmarks "*)
@@ -38,6 +45,7 @@ case " $* " in  # the os domain's real desktop (Xvfb + AT-SPI + openbox + GTK3 a
         done
         [ -x /usr/libexec/at-spi-bus-launcher ] || missing+=(at-spi2-core)
         /usr/bin/python3 -c 'import pyatspi' 2>/dev/null || missing+=(python3-pyatspi python3-gi gir1.2-atspi-2.0)
+        "$python" -c 'import tkinter' 2>/dev/null || missing+=(python3-tk)  # pyautogui's actions need it
         ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing+=(faketime libfaketime)
         command -v localc >/dev/null || missing+=(libreoffice-calc libreoffice-gtk3) ;;  # slow suite
 esac
@@ -77,7 +85,7 @@ case " $* " in  # start a Docker daemon when none answers (CI runs every Docker 
 esac
 
 if [ ! -x .venv/bin/nox ]; then
-    python3 -m venv .venv
+    "$python" -m venv .venv
     .venv/bin/python -m pip install -q --disable-pip-version-check nox==2026.10.20 uv
 fi
 exec .venv/bin/nox --no-color -s "$@"
