@@ -1049,12 +1049,17 @@ done:
 
 /* -- token and line codes ------------------------------------------------------------------ */
 
-/* One code point per distinct piece: Indel on the two code strings equals Indel on the two
- * lists of pieces (the longest common subsequence depends only on which pieces are equal). */
+/* A code point per piece such that two pieces of different texts get the same code exactly
+ * when they are equal: Indel on the two code strings then equals Indel on the two lists of
+ * pieces (the longest common subsequence depends only on which pieces of a match pieces of b).
+ * Pieces that only one text holds can match nothing, so they share one code per text (0 for
+ * a, 1 for b); the pieces both hold are numbered from 2. The codes then mostly stay under 256,
+ * the strings take one byte a code and rapidfuzz looks them up in a table, not a hash map. */
 typedef struct {
-    const unsigned char *start;
-    ssz len;
-    uint32_t code;
+    uint32_t start; /* offset in its text */
+    uint32_t len;
+    uint32_t id;    /* 1 + the piece's number among the distinct pieces; 0: an empty slot */
+    uint32_t text;  /* which text the piece was first seen in */
 } Piece;
 
 static uint64_t piece_hash(const unsigned char *s, ssz len)
@@ -1092,6 +1097,13 @@ static ssz split_pieces(const unsigned char *s, ssz n, int lines, ssz *starts, s
     return count;
 }
 
+/* the code of the shared piece numbered k (from 0): 2 + k, clear of the surrogates */
+static Py_UCS4 shared_code(uint32_t k)
+{
+    Py_UCS4 code = 2 + k;
+    return code < 0xD800 ? code : code + 0x800;
+}
+
 /* sequence_codes(a, b, lines) -> (codes_a, codes_b): see Piece */
 static PyObject *sequence_codes(PyObject *self, PyObject *args)
 {
@@ -1103,52 +1115,85 @@ static PyObject *sequence_codes(PyObject *self, PyObject *args)
         return NULL;
     }
     const unsigned char *s[2];
-    ssz n[2], most = 0;
+    ssz n[2], most[2], count[2];
     for (int k = 0; k < 2; k++) {
         s[k] = (const unsigned char *)PyUnicode_DATA(texts[k]);
         n[k] = PyUnicode_GET_LENGTH(texts[k]);
-        most += n[k] / 2 + 2; /* pieces: at most one per two characters, plus the last line */
+        most[k] = n[k] / 2 + 2; /* pieces: at most one per two characters, plus the last line */
     }
-    if (most > 0xE0000) { /* more pieces than code points above the surrogates */
+    if (n[0] > 0x7FFFFFFF || n[1] > 0x7FFFFFFF || most[0] + most[1] > 0xE0000) {
+        /* more pieces than code points outside the surrogates, or offsets past 32 bits */
         PyErr_SetString(PyExc_ValueError, "_fastnorm.sequence_codes: texts too long");
         return NULL;
     }
-    ssz *bounds = PyMem_Malloc(sizeof(ssz) * 2 * (size_t)most);
-    size_t slots = 16;
-    while (slots < 2 * (size_t)most) slots *= 2;
-    Piece *table = PyMem_Calloc(slots, sizeof(Piece));
     PyObject *result = NULL, *codes[2] = {NULL, NULL};
-    if (!bounds || !table) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    uint32_t next = 0;
+    /* starts and ends of a's pieces, then of b's; then each piece's id */
+    ssz *bounds = PyMem_Malloc(sizeof(ssz) * 2 * (size_t)(most[0] + most[1]));
+    uint32_t *ids = PyMem_Malloc(sizeof(uint32_t) * (size_t)(most[0] + most[1]));
+    Piece *table = NULL;
+    uint8_t *seen = NULL;   /* per distinct piece: bit k set when text k holds it */
+    Py_UCS4 *code = NULL;   /* per distinct piece */
+    if (!bounds || !ids) goto no_memory;
+    ssz *starts[2] = {bounds, bounds + 2 * most[0]}, *ends[2];
+    ends[0] = starts[0] + most[0];
+    ends[1] = starts[1] + most[1];
+    for (int k = 0; k < 2; k++) count[k] = split_pieces(s[k], n[k], lines, starts[k], ends[k]);
+    size_t slots = 16;
+    while (slots < 2 * (size_t)(count[0] + count[1])) slots *= 2;
+    table = PyMem_Calloc(slots, sizeof(Piece));
+    seen = PyMem_Calloc((size_t)(count[0] + count[1]) + 1, 1);
+    if (!table || !seen) goto no_memory;
+    uint32_t distinct = 0, *piece_id = ids;
     for (int k = 0; k < 2; k++) {
-        ssz *starts = bounds, *ends = bounds + most;
-        ssz count = split_pieces(s[k], n[k], lines, starts, ends);
-        codes[k] = PyUnicode_New(count, 0x10FFFF);
-        if (!codes[k]) goto done;
-        for (ssz i = 0; i < count; i++) {
-            const unsigned char *start = s[k] + starts[i];
-            ssz len = ends[i] - starts[i];
+        for (ssz i = 0; i < count[k]; i++) {
+            const unsigned char *start = s[k] + starts[k][i];
+            uint32_t len = (uint32_t)(ends[k][i] - starts[k][i]);
             size_t slot = (size_t)piece_hash(start, len) & (slots - 1);
-            while (table[slot].start &&
-                   (table[slot].len != len || memcmp(table[slot].start, start, (size_t)len)))
+            while (table[slot].id && (table[slot].len != len ||
+                                      memcmp(s[table[slot].text] + table[slot].start, start, len)))
                 slot = (slot + 1) & (slots - 1);
-            if (!table[slot].start) {
-                table[slot].start = start;
+            if (!table[slot].id) {
+                table[slot].start = (uint32_t)starts[k][i];
                 table[slot].len = len;
-                table[slot].code = 0x10000 + next++; /* clear of the surrogates */
+                table[slot].text = (uint32_t)k;
+                table[slot].id = ++distinct;
             }
-            PyUnicode_WRITE(PyUnicode_4BYTE_KIND, PyUnicode_DATA(codes[k]), i, table[slot].code);
+            seen[table[slot].id - 1] |= (uint8_t)(1 << k);
+            *piece_id++ = table[slot].id - 1;
         }
     }
+    code = PyMem_Malloc(sizeof(Py_UCS4) * ((size_t)distinct + 1));
+    if (!code) goto no_memory;
+    uint32_t shared = 0;
+    Py_UCS4 top = 1;
+    for (uint32_t d = 0; d < distinct; d++) {
+        if (seen[d] == 3) {
+            code[d] = shared_code(shared++);
+            top = code[d];
+        } else {
+            code[d] = seen[d] == 1 ? 0 : 1;
+        }
+    }
+    piece_id = ids;
+    for (int k = 0; k < 2; k++) {
+        codes[k] = PyUnicode_New(count[k], top);
+        if (!codes[k]) goto done;
+        int kind = PyUnicode_KIND(codes[k]);
+        void *data = PyUnicode_DATA(codes[k]);
+        for (ssz i = 0; i < count[k]; i++) PyUnicode_WRITE(kind, data, i, code[*piece_id++]);
+    }
     result = PyTuple_Pack(2, codes[0], codes[1]);
+    goto done;
+no_memory:
+    PyErr_NoMemory();
 done:
     Py_XDECREF(codes[0]);
     Py_XDECREF(codes[1]);
     PyMem_Free(bounds);
+    PyMem_Free(ids);
     PyMem_Free(table);
+    PyMem_Free(seen);
+    PyMem_Free(code);
     return result;
 }
 

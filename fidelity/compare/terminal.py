@@ -212,12 +212,13 @@ def similarity(real: str, sim: str) -> dict[str, float]:
     """Line, token and character similarity of two normalized texts, and their weighted mean."""
     if real == sim:
         return {"line_sim": 1.0, "token_sim": 1.0, "char_sim": 1.0, "text_sim": 1.0}
-    line = Indel.normalized_similarity(_lines(real), _lines(sim))
     if sequence_codes is not None and real.isascii() and sim.isascii():
-        # a code point per distinct token: the same longest common subsequence, without a
-        # list of strings to build and hash
+        # a code point per distinct line or token: the same longest common subsequence,
+        # without lists of strings to build and hash
+        line = Indel.normalized_similarity(*sequence_codes(real, sim, True))
         token = Indel.normalized_similarity(*sequence_codes(real, sim, False))
     else:
+        line = Indel.normalized_similarity(_lines(real), _lines(sim))
         token = Indel.normalized_similarity(real.split(), sim.split())
     char = Indel.normalized_similarity(real, sim)
     w_line, w_token, w_char = WEIGHTS
@@ -227,8 +228,8 @@ def similarity(real: str, sim: str) -> dict[str, float]:
 
 @functools.lru_cache(maxsize=8)
 def _lines(text: str) -> tuple[str, ...]:
-    """The lines of *text*, remembered a while: :func:`similarity` and then
-    :func:`exact_entity_diff` split the same two texts (and hash the same lines)."""
+    """The lines of *text*, remembered a while: :func:`exact_entity_diff` after
+    :func:`similarity` (on text that is not ASCII) split the same two texts."""
     return tuple(text.split("\n"))
 
 

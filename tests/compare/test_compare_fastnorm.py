@@ -172,6 +172,22 @@ def test_sequence_codes_give_the_lists_similarity(left: list[str], right: list[s
         assert Indel.normalized_similarity(*fastnorm.sequence_codes(a, b, lines)) == expected
 
 
+def test_sequence_codes_past_one_byte_and_the_surrogates() -> None:
+    """Texts sharing more distinct pieces than one byte (and than the code points under the
+    surrogates) holds: the codes grow in width, skip the surrogates, and keep the similarity."""
+    fastnorm = normalize_module._fastnorm
+    assert fastnorm is not None
+    for shared in (300, 60_000):
+        tokens = [f"t{i}" for i in range(shared)]
+        a = " ".join(tokens) + " only-a"
+        b = " ".join(tokens[shared // 3 :] + tokens[: shared // 3]) + " only-b x"
+        codes_a, codes_b = fastnorm.sequence_codes(a, b, False)
+        assert len(codes_a) == len(a.split()) and len(codes_b) == len(b.split())
+        assert not any(0xD800 <= ord(c) <= 0xDFFF for c in codes_a + codes_b)
+        expected = Indel.normalized_similarity(a.split(), b.split())
+        assert Indel.normalized_similarity(codes_a, codes_b) == expected
+
+
 def test_similarity_of_command_outputs_is_the_lists_one() -> None:
     texts = []
     for seed in range(3):
@@ -179,4 +195,6 @@ def test_similarity_of_command_outputs_is_the_lists_one() -> None:
         texts += [REFERENCE(build(run))[0] for _, build in OUTPUTS.values()]
     for a, b in itertools.pairwise(texts):
         token = Indel.normalized_similarity(a.split(), b.split())
+        line = Indel.normalized_similarity(a.split("\n"), b.split("\n"))
         assert similarity(a, b)["token_sim"] == token
+        assert similarity(a, b)["line_sim"] == line
