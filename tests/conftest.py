@@ -29,6 +29,19 @@ def unavailable(message: str) -> NoReturn:
     pytest.skip(message)
 
 
+def public_agent_steps() -> Iterator[tuple[str, str | None]]:
+    """``(command line, observation text or None)`` of every step of the public agent runs
+    in ``../shared`` (unavailable when they are not beside this checkout)."""
+    from fidelity.compare.calibration.devset_agents import SHARED, load_runs
+
+    if not SHARED.is_dir():
+        unavailable(f"{SHARED} is not beside this checkout")
+    for run in load_runs():
+        for step in run.trajectory.steps:
+            text = step.observation.text if step.observation is not None else None
+            yield step.action.render(), text or None
+
+
 def require_binary(name: str, install_hint: str) -> None:
     """Skip when *name* is missing on a developer machine; fail in CI, where it must run."""
     if not shutil.which(name):

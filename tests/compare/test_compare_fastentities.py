@@ -18,9 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fidelity.compare import entities
-from fidelity.compare.calibration.devset_agents import SHARED, load_runs
 from fidelity.compare.normalize import Normalizer
-from tests.conftest import unavailable
+from tests.conftest import public_agent_steps
 
 NORMALIZER = Normalizer()
 
@@ -59,19 +58,14 @@ def test_command_outputs_raw_and_normalized() -> None:
 
 
 def test_public_agent_runs() -> None:
-    if not SHARED.is_dir():
-        unavailable(f"{SHARED} is not beside this checkout")
     texts = 0
-    for run in load_runs():
-        for step in run.trajectory.steps:
-            command = step.action.render()
-            if command.isascii():
-                same(command)
-            text = step.observation.text if step.observation is not None else None
-            if text and text.isascii():
-                same(text)
-                same(NORMALIZER(text)[0])
-                texts += 1
+    for command, text in public_agent_steps():
+        if command.isascii():
+            same(command)
+        if text and text.isascii():
+            same(text)
+            same(NORMALIZER(text)[0])
+            texts += 1
     assert texts > 3000
 
 
