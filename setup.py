@@ -10,7 +10,12 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            f"fidelity.compare.{name}", [f"fidelity/compare/{name}.c"], extra_compile_args=["-O2"]
+            f"fidelity.compare.{name}",
+            [f"fidelity/compare/{name}.c"],
+            # the helpers both modules include: an edit of it rebuilds both, and the sdist
+            # carries it (so does pyproject.toml's package-data)
+            depends=["fidelity/compare/_textscan.h"],
+            extra_compile_args=["-O2"],
         )
         for name in ("_fastnorm", "_fastentities")
     ]

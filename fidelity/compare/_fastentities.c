@@ -16,86 +16,17 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef Py_ssize_t ssz;
+#include "_textscan.h" /* Text, the class table K (K_*), at/is/run/starts/one_of, fnv1a */
 
 #define PATTERN_FINGERPRINT 0x4c13b14f7b58030aULL /* FNV-1a of entities._ENTITY_RE.pattern */
-
-enum {
-    C_W = 1 << 0,      /* \w */
-    C_D = 1 << 1,      /* [0-9] */
-    C_UP = 1 << 2,     /* [A-Z] */
-    C_LO = 1 << 3,     /* [a-z] */
-    C_PATH = 1 << 4,   /* [\w.@+~-] */
-    C_SCHEME = 1 << 5, /* [a-z0-9+.-] */
-    C_URL = 1 << 6,    /* [^\s<>"'`] */
-    C_FILE = 1 << 7,   /* [\w.+-] */
-    C_PKG = 1 << 8,    /* [\w.-] */
-    C_WDOT = 1 << 9,   /* [\w.] */
-    C_LEAD = 1 << 10,  /* [\w.~@+</-] */
-    C_TAIL = 1 << 11,  /* [0-9a-z.]: what a package version's tail holds */
-};
-
-static uint16_t K[256];
-
-static void init_classes(void)
-{
-    for (int c = 0; c < 128; c++) {
-        int lower = c >= 'a' && c <= 'z', upper = c >= 'A' && c <= 'Z', digit = c >= '0' && c <= '9';
-        int word = lower || upper || digit || c == '_';
-        int space = c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
-        uint16_t k = 0;
-        if (word) k |= C_W | C_PATH | C_FILE | C_PKG | C_WDOT | C_LEAD;
-        if (digit) k |= C_D;
-        if (upper) k |= C_UP;
-        if (lower) k |= C_LO;
-        if (c == '.' || c == '@' || c == '+' || c == '~' || c == '-') k |= C_PATH;
-        if (lower || digit || c == '+' || c == '.' || c == '-') k |= C_SCHEME;
-        if (!space && c != '<' && c != '>' && c != '"' && c != '\'' && c != '`') k |= C_URL;
-        if (c == '.' || c == '+' || c == '-') k |= C_FILE;
-        if (c == '.' || c == '-') k |= C_PKG;
-        if (c == '.') k |= C_WDOT;
-        if (c == '.' || c == '~' || c == '@' || c == '+' || c == '<' || c == '/' || c == '-')
-            k |= C_LEAD;
-        if (lower || digit || c == '.') k |= C_TAIL;
-        K[c] = k;
-    }
-}
-
-typedef struct {
-    const unsigned char *s;
-    ssz n;
-} Text;
-
-static inline int at(const Text *t, ssz i) { return i >= 0 && i < t->n ? t->s[i] : -1; }
-static inline int is(const Text *t, ssz i, int k) { return i >= 0 && i < t->n && (K[t->s[i]] & k); }
-static inline ssz run(const Text *t, ssz i, int k)
-{
-    ssz j = i;
-    while (j < t->n && (K[t->s[j]] & k)) j++;
-    return j - i;
-}
-static inline int in_set(int c, const char *set)
-{
-    if (c <= 0) return 0;
-    for (; *set; set++)
-        if (*set == c) return 1;
-    return 0;
-}
-static inline int starts(const Text *t, ssz i, const char *lit, ssz len)
-{
-    if (i < 0 || i + len > t->n) return 0;
-    for (ssz j = 0; j < len; j++)
-        if (t->s[i + j] != (unsigned char)lit[j]) return 0;
-    return 1;
-}
 
 /* -- the alternatives: each returns the match end, or -1 (p: the lead character) ----------- */
 
 /* url: (?<=[a-z])[a-z0-9+.-]{1,9}+://(?:[^\s<>"'`]|<[A-Z]+>)*(?<![.,;:!?)\]]) */
 static ssz url(const Text *t, ssz p)
 {
-    if (!is(t, p, C_LO)) return -1;
-    ssz k = run(t, p + 1, C_SCHEME);
+    if (!is(t, p, K_LO)) return -1;
+    ssz k = run(t, p + 1, K_SCHEME);
     if (k < 1) return -1;
     if (k > 9) k = 9;
     ssz q = p + 1 + k;
@@ -103,16 +34,16 @@ static ssz url(const Text *t, ssz p)
     q += 3;
     ssz best = q; /* the longest run of tokens whose last character (?<!...) allows */
     while (q < t->n) {
-        if (is(t, q, C_URL)) {
+        if (is(t, q, K_URL)) {
             q++;
         } else if (at(t, q) == '<') {
-            ssz u = run(t, q + 1, C_UP);
+            ssz u = run(t, q + 1, K_UP);
             if (u < 1 || at(t, q + 1 + u) != '>') break;
             q += 2 + u;
         } else {
             break;
         }
-        if (!in_set(at(t, q - 1), ".,;:!?)]")) best = q;
+        if (!one_of(at(t, q - 1), ".,;:!?)]")) best = q;
     }
     return best;
 }
@@ -120,21 +51,21 @@ static ssz url(const Text *t, ssz p)
 /* \d+(?:\.\d+)+(?:\.?[a-z]+\d*)? matching s[i..e) exactly */
 static int version_tail(const Text *t, ssz i, ssz e)
 {
-    ssz d = run(t, i, C_D);
+    ssz d = run(t, i, K_D);
     if (d < 1) return 0;
     i += d;
     int groups = 0;
-    while (i < e && at(t, i) == '.' && is(t, i + 1, C_D)) {
-        i += 1 + run(t, i + 1, C_D);
+    while (i < e && at(t, i) == '.' && is(t, i + 1, K_D)) {
+        i += 1 + run(t, i + 1, K_D);
         groups++;
     }
     if (!groups) return 0;
     if (i == e) return 1;
     if (at(t, i) == '.') i++;
-    ssz letters = run(t, i, C_LO);
+    ssz letters = run(t, i, K_LO);
     if (letters < 1) return 0;
     i += letters;
-    i += run(t, i, C_D);
+    i += run(t, i, K_D);
     return i == e;
 }
 
@@ -142,9 +73,9 @@ static int version_tail(const Text *t, ssz i, ssz e)
  *          \d+(?:\.\d+)+(?:\.?[a-z]+\d*)?(?![\w.-]) */
 static ssz package(const Text *t, ssz p)
 {
-    if (!is(t, p, C_UP | C_LO) || in_set(at(t, p - 1), ".@/-")) return -1;
-    if (!in_set(at(t, p + 1 + run(t, p + 1, C_WDOT)), "=@-")) return -1;
-    ssz end = p + 1 + run(t, p + 1, C_PKG);
+    if (!is(t, p, K_AL) || one_of(at(t, p - 1), ".@/-")) return -1;
+    if (!one_of(at(t, p + 1 + run(t, p + 1, K_WDOT)), "=@-")) return -1;
+    ssz end = p + 1 + run(t, p + 1, K_PKG);
     /* the separator right after [\w.-]* : its greedy run first, then one character less... */
     for (ssz i = end; i >= p + 1; i--) {
         ssz tail;
@@ -152,12 +83,12 @@ static ssz package(const Text *t, ssz p)
             tail = i + 2;
         else if (i == end && at(t, i) == '@')
             tail = i + 1;
-        else if (at(t, i) == '-' && is(t, i - 1, C_UP | C_LO | C_D) && i < end)
+        else if (at(t, i) == '-' && is(t, i - 1, K_AN) && i < end)
             tail = i + 1;
         else
             continue;
-        ssz e = tail + run(t, tail, C_TAIL);
-        if (is(t, e, C_PKG)) continue; /* (?![\w.-]) needs the version to end the run */
+        ssz e = tail + run(t, tail, K_TAIL);
+        if (is(t, e, K_PKG)) continue; /* (?![\w.-]) needs the version to end the run */
         if (version_tail(t, tail, e)) return e;
     }
     return -1;
@@ -168,8 +99,8 @@ static const char *const ERROR_ENDS[] = {"Error", "Exception", "Warning", "Inter
 /* error: (?<=[A-Z])\w*?(?:Error|Exception|Warning|Interrupt|Exit)(?!\w) */
 static ssz error_class(const Text *t, ssz p)
 {
-    if (!is(t, p, C_UP)) return -1;
-    ssz end = p + 1 + run(t, p + 1, C_W);
+    if (!is(t, p, K_UP)) return -1;
+    ssz end = p + 1 + run(t, p + 1, K_W);
     ssz best = -1;
     for (size_t k = 0; k < sizeof ERROR_ENDS / sizeof *ERROR_ENDS; k++) {
         ssz len = (ssz)strlen(ERROR_ENDS[k]);
@@ -182,21 +113,21 @@ static ssz error_class(const Text *t, ssz p)
 /* error: (?<=S)topIteration(?!\w) */
 static ssz stop_iteration(const Text *t, ssz p)
 {
-    if (at(t, p) != 'S' || !starts(t, p + 1, "topIteration", 12) || is(t, p + 13, C_W)) return -1;
+    if (at(t, p) != 'S' || !starts(t, p + 1, "topIteration", 12) || is(t, p + 13, K_W)) return -1;
     return p + 13;
 }
 
 /* test: (?<=[tT])(?<!\..)est(?:_\w+|[A-Z]\w*)(?![\w.]) */
 static ssz test_name(const Text *t, ssz p)
 {
-    if (!in_set(at(t, p), "tT") || at(t, p - 1) == '.' || !starts(t, p + 1, "est", 3)) return -1;
+    if (!one_of(at(t, p), "tT") || at(t, p - 1) == '.' || !starts(t, p + 1, "est", 3)) return -1;
     ssz q = p + 4;
-    if (at(t, q) == '_' && is(t, q + 1, C_W)) {
-        ssz e = q + 1 + run(t, q + 1, C_W);
+    if (at(t, q) == '_' && is(t, q + 1, K_W)) {
+        ssz e = q + 1 + run(t, q + 1, K_W);
         if (at(t, e) != '.') return e;
     }
-    if (is(t, q, C_UP)) {
-        ssz e = q + 1 + run(t, q + 1, C_W);
+    if (is(t, q, K_UP)) {
+        ssz e = q + 1 + run(t, q + 1, K_W);
         if (at(t, e) != '.') return e;
     }
     return -1;
@@ -206,8 +137,8 @@ static ssz test_name(const Text *t, ssz p)
 static ssz path_segments(const Text *t, ssz q, int *count)
 {
     *count = 0;
-    while (at(t, q) == '/' && is(t, q + 1, C_PATH)) {
-        q += 1 + run(t, q + 1, C_PATH);
+    while (at(t, q) == '/' && is(t, q + 1, K_PATH)) {
+        q += 1 + run(t, q + 1, K_PATH);
         (*count)++;
     }
     return q;
@@ -217,7 +148,7 @@ static ssz path_segments(const Text *t, ssz q, int *count)
 static ssz placeholder_path(const Text *t, ssz p)
 {
     if (at(t, p) != '<') return -1;
-    ssz u = run(t, p + 1, C_UP);
+    ssz u = run(t, p + 1, K_UP);
     if (u < 1 || at(t, p + 1 + u) != '>') return -1;
     int count;
     ssz e = path_segments(t, p + 2 + u, &count);
@@ -228,8 +159,8 @@ static ssz placeholder_path(const Text *t, ssz p)
 /* path: (?<=/)(?<![.~@+/-].)[\w.@+~-]++(?:/[\w.@+~-]++)*+/? */
 static ssz rooted_path(const Text *t, ssz p)
 {
-    if (at(t, p) != '/' || in_set(at(t, p - 1), ".~@+/-")) return -1;
-    ssz k = run(t, p + 1, C_PATH);
+    if (at(t, p) != '/' || one_of(at(t, p - 1), ".~@+/-")) return -1;
+    ssz k = run(t, p + 1, K_PATH);
     if (k < 1) return -1;
     int count;
     ssz e = path_segments(t, p + 1 + k, &count);
@@ -239,33 +170,33 @@ static ssz rooted_path(const Text *t, ssz p)
 /* path: (?<=[\w.~@+-])(?<![.~@+/-].)[\w.@+~-]*+(?:(?:/[\w.@+~-]++)++/?|/(?![\w.])) */
 static ssz relative_path(const Text *t, ssz p)
 {
-    if (!is(t, p, C_PATH) || in_set(at(t, p - 1), ".~@+/-")) return -1;
-    ssz q = p + 1 + run(t, p + 1, C_PATH);
+    if (!is(t, p, K_PATH) || one_of(at(t, p - 1), ".~@+/-")) return -1;
+    ssz q = p + 1 + run(t, p + 1, K_PATH);
     if (at(t, q) != '/') return -1;
     int count;
     ssz e = path_segments(t, q, &count);
     if (count) return at(t, e) == '/' ? e + 1 : e;
-    return is(t, q + 1, C_W) || at(t, q + 1) == '.' ? -1 : q + 1;
+    return is(t, q + 1, K_W) || at(t, q + 1) == '.' ? -1 : q + 1;
 }
 
 /* (?!\w|\.\w) at i */
 static inline int number_ends(const Text *t, ssz i)
 {
-    return !is(t, i, C_W) && !(at(t, i) == '.' && is(t, i + 1, C_W));
+    return !is(t, i, K_W) && !(at(t, i) == '.' && is(t, i + 1, K_W));
 }
 
 /* number: (?<=[0-9])(?<![.,].)(?<!\w-.)[0-9]*+(?:[.,][0-9]++)*+
  *         (?:[KMGTP]i?B?|[kKMGT]B|%|[kmg]b)?(?!\w|\.\w) */
 static ssz number(const Text *t, ssz p)
 {
-    if (!is(t, p, C_D) || in_set(at(t, p - 1), ".,")) return -1;
-    if (at(t, p - 1) == '-' && is(t, p - 2, C_W)) return -1;
-    ssz q = p + 1 + run(t, p + 1, C_D);
-    while (in_set(at(t, q), ".,") && is(t, q + 1, C_D)) q += 1 + run(t, q + 1, C_D);
+    if (!is(t, p, K_D) || one_of(at(t, p - 1), ".,")) return -1;
+    if (at(t, p - 1) == '-' && is(t, p - 2, K_W)) return -1;
+    ssz q = p + 1 + run(t, p + 1, K_D);
+    while (one_of(at(t, q), ".,") && is(t, q + 1, K_D)) q += 1 + run(t, q + 1, K_D);
     ssz ends[8];
     int count = 0;
     int c = at(t, q);
-    if (in_set(c, "KMGTP")) {
+    if (one_of(c, "KMGTP")) {
         if (at(t, q + 1) == 'i') {
             if (at(t, q + 2) == 'B') ends[count++] = q + 3;
             ends[count++] = q + 2;
@@ -273,9 +204,9 @@ static ssz number(const Text *t, ssz p)
         if (at(t, q + 1) == 'B') ends[count++] = q + 2;
         ends[count++] = q + 1;
     }
-    if (in_set(c, "kKMGT") && at(t, q + 1) == 'B') ends[count++] = q + 2;
+    if (one_of(c, "kKMGT") && at(t, q + 1) == 'B') ends[count++] = q + 2;
     if (c == '%') ends[count++] = q + 1;
-    if (in_set(c, "kmg") && at(t, q + 1) == 'b') ends[count++] = q + 2;
+    if (one_of(c, "kmg") && at(t, q + 1) == 'b') ends[count++] = q + 2;
     ends[count++] = q;
     for (int a = 0; a < count; a++)
         if (number_ends(t, ends[a])) return ends[a];
@@ -285,26 +216,26 @@ static ssz number(const Text *t, ssz p)
 /* (?![\w/-]) at i */
 static inline int name_ends(const Text *t, ssz i)
 {
-    return !is(t, i, C_W) && at(t, i) != '/' && at(t, i) != '-';
+    return !is(t, i, K_W) && at(t, i) != '/' && at(t, i) != '-';
 }
 
 /* file: (?<=[\w.])(?<![.>+-].)[\w.+-]*\.(?=[a-zA-Z0-9]*[A-Za-z])(?:[a-z0-9]{1,8}|[A-Z0-9]{1,4})
  *       (?![\w/-]) */
 static ssz file_name(const Text *t, ssz p)
 {
-    if (!is(t, p, C_WDOT) || in_set(at(t, p - 1), ".>+-")) return -1;
-    ssz end = p + 1 + run(t, p + 1, C_FILE);
+    if (!is(t, p, K_WDOT) || one_of(at(t, p - 1), ".>+-")) return -1;
+    ssz end = p + 1 + run(t, p + 1, K_FILE);
     for (ssz d = end - 1; d >= p + 1; d--) {
         if (at(t, d) != '.') continue;
         ssz i = d + 1, letter = 0; /* (?=[a-zA-Z0-9]*[A-Za-z]) */
-        while (i < t->n && (K[t->s[i]] & (C_UP | C_LO | C_D))) {
-            if (K[t->s[i]] & (C_UP | C_LO)) letter = 1;
+        while (i < t->n && (K[t->s[i]] & K_AN)) {
+            if (K[t->s[i]] & K_AL) letter = 1;
             i++;
         }
         if (!letter) continue;
-        ssz lower = run(t, d + 1, C_LO | C_D);
+        ssz lower = run(t, d + 1, K_LO | K_D);
         if (lower >= 1 && lower <= 8 && name_ends(t, d + 1 + lower)) return d + 1 + lower;
-        ssz upper = run(t, d + 1, C_UP | C_D);
+        ssz upper = run(t, d + 1, K_UP | K_D);
         if (upper >= 1 && upper <= 4 && name_ends(t, d + 1 + upper)) return d + 1 + upper;
     }
     return -1;
@@ -313,8 +244,8 @@ static ssz file_name(const Text *t, ssz p)
 /* file: (?<=\.)(?<![.>-].)\w[\w.-]*+(?<!\.)(?![\w/-]) */
 static ssz dotfile(const Text *t, ssz p)
 {
-    if (at(t, p) != '.' || in_set(at(t, p - 1), ".>-") || !is(t, p + 1, C_W)) return -1;
-    ssz e = p + 2 + run(t, p + 2, C_PKG);
+    if (at(t, p) != '.' || one_of(at(t, p - 1), ".>-") || !is(t, p + 1, K_W)) return -1;
+    ssz e = p + 2 + run(t, p + 2, K_PKG);
     if (at(t, e - 1) == '.' || !name_ends(t, e)) return -1;
     return e;
 }
@@ -369,7 +300,7 @@ static PyObject *entity(const unsigned char *s, int kind, ssz start, ssz end)
 }
 
 /* entities(ascii_text) -> set of kind:value */
-static PyObject *entities(PyObject *self, PyObject *arg)
+static PyObject *entities(PyObject *Py_UNUSED(self), PyObject *arg)
 {
     if (!PyUnicode_Check(arg) || !PyUnicode_IS_ASCII(arg)) {
         PyErr_SetString(PyExc_ValueError, "_fastentities.entities takes ASCII text only");
@@ -380,7 +311,7 @@ static PyObject *entities(PyObject *self, PyObject *arg)
     if (!found) return NULL;
     ssz p = 0;
     while (p < t.n) {
-        if (!(K[t.s[p]] & C_LEAD) || is(&t, p - 1, C_W)) {
+        if (!(K[t.s[p]] & K_LEAD) || is(&t, p - 1, K_W)) {
             p++;
             continue;
         }
@@ -404,17 +335,12 @@ static PyObject *entities(PyObject *self, PyObject *arg)
     return found;
 }
 
-static PyObject *matches_pattern(PyObject *self, PyObject *args)
+static PyObject *matches_pattern(PyObject *Py_UNUSED(self), PyObject *args)
 {
     const char *pattern;
     Py_ssize_t len;
     if (!PyArg_ParseTuple(args, "s#", &pattern, &len)) return NULL;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        h ^= (unsigned char)pattern[i];
-        h *= 0x100000001b3ULL;
-    }
-    return PyBool_FromLong(h == PATTERN_FINGERPRINT);
+    return PyBool_FromLong(fnv1a(FNV_OFFSET, pattern, len) == PATTERN_FINGERPRINT);
 }
 
 static PyMethodDef METHODS[] = {

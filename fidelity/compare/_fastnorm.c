@@ -22,99 +22,14 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef Py_ssize_t ssz;
+#include "_textscan.h" /* Text, the class table K (K_*), at/is/run/run_of/starts/one_of, fnv1a */
 
-/* -- character classes ------------------------------------------------------------------- */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
-enum {
-    K_W = 1 << 0,     /* \w */
-    K_D = 1 << 1,     /* \d */
-    K_HX = 1 << 2,    /* [0-9a-fA-F] */
-    K_HL = 1 << 3,    /* [0-9a-f] */
-    K_SP = 1 << 4,    /* \s (Unicode's ASCII members) */
-    K_TOK = 1 << 5,   /* [\w.~+/%-] */
-    K_BEAR = 1 << 6,  /* [\w.~+/-] */
-    K_AL = 1 << 7,    /* [A-Za-z] */
-    K_AN = 1 << 8,    /* [A-Za-z0-9] */
-    K_LDU = 1 << 9,   /* [a-z0-9_] */
-    K_WD = 1 << 10,   /* [\w-] */
-    K_AF = 1 << 11,   /* [a-f] */
-    K_LO = 1 << 12,   /* [a-z] */
-    K_ST = 1 << 13,   /* [ \t] */
-    K_NSL = 1 << 14,  /* [^/\s] */
-};
-
-static uint16_t K[256];
-
-static void init_classes(void)
-{
-    for (int c = 0; c < 256; c++) {
-        uint16_t k = 0;
-        int lower = c >= 'a' && c <= 'z', upper = c >= 'A' && c <= 'Z', digit = c >= '0' && c <= '9';
-        int word = lower || upper || digit || c == '_';
-        int space = c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
-        if (c >= 128) {
-            K[c] = K_NSL; /* never seen: the text is ASCII */
-            continue;
-        }
-        if (word) k |= K_W | K_WD;
-        if (digit) k |= K_D;
-        if (digit || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) k |= K_HX;
-        if (digit || (c >= 'a' && c <= 'f')) k |= K_HL;
-        if (space) k |= K_SP;
-        if (word || c == '.' || c == '~' || c == '+' || c == '/' || c == '%' || c == '-') k |= K_TOK;
-        if (word || c == '.' || c == '~' || c == '+' || c == '/' || c == '-') k |= K_BEAR;
-        if (lower || upper) k |= K_AL;
-        if (lower || upper || digit) k |= K_AN;
-        if (lower || digit || c == '_') k |= K_LDU;
-        if (c == '-') k |= K_WD;
-        if (c >= 'a' && c <= 'f') k |= K_AF;
-        if (lower) k |= K_LO;
-        if (c == ' ' || c == '\t') k |= K_ST;
-        if (c != '/' && !space) k |= K_NSL;
-        K[c] = k;
-    }
-}
-
-/* The text being matched: s[0..n). */
-typedef struct {
-    const unsigned char *s;
-    ssz n;
-} Text;
-
-/* character at i, or -1 outside the text */
-static inline int at(const Text *t, ssz i) { return i >= 0 && i < t->n ? t->s[i] : -1; }
-/* is the character at i in class k (false outside the text) */
-static inline int is(const Text *t, ssz i, int k) { return i >= 0 && i < t->n && (K[t->s[i]] & k); }
-/* length of the run of class k from i */
-static inline ssz run(const Text *t, ssz i, int k)
-{
-    ssz j = i;
-    while (j < t->n && (K[t->s[j]] & k)) j++;
-    return j - i;
-}
-static inline ssz run_of(const Text *t, ssz i, int c)
-{
-    ssz j = i;
-    while (j < t->n && t->s[j] == c) j++;
-    return j - i;
-}
-static inline int starts(const Text *t, ssz i, const char *lit, ssz len)
-{
-    if (i < 0 || i + len > t->n) return 0;
-    for (ssz j = 0; j < len; j++)
-        if (t->s[i + j] != (unsigned char)lit[j]) return 0;
-    return 1;
-}
-static inline int one_of(int c, const char *set)
-{
-    if (c <= 0) return 0;
-    for (; *set; set++)
-        if (*set == c) return 1;
-    return 0;
-}
-/* How common a character is in terminal text (higher: rarer); find() looks for a literal's
- * rarest character with memchr, then checks the rest around it. */
+/* How common a character is in terminal text (higher: rarer): find() tests a literal's first
+ * and last characters and the rarest one between them. */
 static int rarity(int c)
 {
     static const char COMMON[] = "e tanoisrhldcu/.-_:=0123456789mfpgwybvkxjqz";
@@ -122,21 +37,84 @@ static int rarity(int c)
     return c && at ? (int)(at - COMMON) : 100;
 }
 
-/* the first occurrence of lit (len >= 1) in s[0..n), or NULL */
-static const unsigned char *find(const unsigned char *s, ssz n, const char *lit, ssz len)
+/* A literal find() looks for: its text and length, and `mid`, the rarest of its characters
+ * between the first and the last (the last itself when it has two). */
+typedef struct {
+    const char *text;
+    ssz len, mid;
+} Literal;
+
+static void init_literal(Literal *lit, const char *text)
 {
-    ssz anchor = 0;
-    for (ssz j = 1; j < len; j++)
-        if (rarity((unsigned char)lit[j]) > rarity((unsigned char)lit[anchor])) anchor = j;
-    const unsigned char *end = s + n, *from = s + anchor;
-    while (end - from >= len - anchor) {
-        const unsigned char *f = memchr(from, (unsigned char)lit[anchor], (size_t)(end - from - (len - anchor) + 1));
+    lit->text = text;
+    lit->len = text ? (ssz)strlen(text) : 0;
+    lit->mid = lit->len > 1 ? lit->len - 1 : 0;
+    for (ssz j = 1; j < lit->len - 1; j++)
+        if (j == 1 || rarity((unsigned char)text[j]) > rarity((unsigned char)text[lit->mid]))
+            lit->mid = j;
+}
+
+/* whether the literal t[0..len) stands at f, whose first character is known to be t[0] (a loop
+ * without calls: the vector constants of the callers stay in registers) */
+static inline int rest_equal(const unsigned char *f, const unsigned char *t, ssz len)
+{
+    ssz k = 1;
+    while (k < len && f[k] == t[k]) k++;
+    return k == len;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define AVX2_FIND 1
+static int HAS_AVX2; /* set by init_rules from the CPU */
+
+/* find()'s test 32 places at a time, on CPUs with AVX2: from *from while a whole block fits
+ * before `last`; *from is left at the first place not looked at. */
+__attribute__((target("avx2"))) static const unsigned char *
+find_avx2(const unsigned char *s, ssz last, const Literal *lit, ssz *from)
+{
+    const unsigned char *t = (const unsigned char *)lit->text;
+    ssz len = lit->len, mid = lit->mid, i = *from;
+    const __m256i first = _mm256_set1_epi8((char)t[0]), middle = _mm256_set1_epi8((char)t[mid]),
+                  end = _mm256_set1_epi8((char)t[len - 1]);
+    for (; i + 31 <= last; i += 32) {
+        __m256i a = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(s + i)), first);
+        __m256i b = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(s + i + mid)), middle);
+        __m256i c = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(s + i + len - 1)), end);
+        unsigned places = (unsigned)_mm256_movemask_epi8(_mm256_and_si256(_mm256_and_si256(a, b), c));
+        for (; places; places &= places - 1) {
+            const unsigned char *f = s + i + __builtin_ctz(places);
+            if (rest_equal(f, t, len)) return f;
+        }
+    }
+    *from = i;
+    return NULL;
+}
+#endif
+
+/* the first occurrence of lit (len >= 1) in s[0..n), or NULL. A single character is memchr's.
+ * A longer literal is looked for 32 places at a time with AVX2, where its first, mid and last
+ * characters all stand (in terminal text the three together are rare, even where each is
+ * common), and checked in full there; the rest of the text (all of it without AVX2) goes by
+ * memchr for its mid character. */
+static const unsigned char *find(const unsigned char *s, ssz n, const Literal *lit)
+{
+    const unsigned char *t = (const unsigned char *)lit->text;
+    ssz len = lit->len, mid = lit->mid, i = 0, last = n - len; /* where it can start at most */
+    if (len == 1) return n > 0 ? memchr(s, t[0], (size_t)n) : NULL;
+    if (last < 0) return NULL;
+#if defined(AVX2_FIND)
+    if (HAS_AVX2) {
+        const unsigned char *f = find_avx2(s, last, lit, &i);
+        if (f) return f;
+    }
+#endif
+    for (; i <= last; i++) {
+        const unsigned char *f = memchr(s + i + mid, t[mid], (size_t)(last - i + 1));
         if (!f) return NULL;
-        const unsigned char *start = f - anchor;
-        ssz j = 0;
-        while (j < len && start[j] == (unsigned char)lit[j]) j++;
-        if (j == len) return start;
-        from = f + 1;
+        f -= mid;
+        if (f[0] == t[0] && rest_equal(f, t, len)) return f;
+        i = f - s;
     }
     return NULL;
 }
@@ -163,16 +141,25 @@ static inline int found_group(Match *m, ssz end, ssz g1, ssz g1_end)
 
 /* -- shared pieces of the date rules -------------------------------------------------------- */
 
-static const char *const MONTHS[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-static const char *const DAYS[] = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+/* the names as three characters in one number: a name is one compare of the text's three */
+#define NAME(a, b, c) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16)
+static const uint32_t MONTHS[] = {NAME('J', 'a', 'n'), NAME('F', 'e', 'b'), NAME('M', 'a', 'r'),
+                                  NAME('A', 'p', 'r'), NAME('M', 'a', 'y'), NAME('J', 'u', 'n'),
+                                  NAME('J', 'u', 'l'), NAME('A', 'u', 'g'), NAME('S', 'e', 'p'),
+                                  NAME('O', 'c', 't'), NAME('N', 'o', 'v'), NAME('D', 'e', 'c')};
+static const uint32_t DAYS[] = {NAME('M', 'o', 'n'), NAME('T', 'u', 'e'), NAME('W', 'e', 'd'),
+                                NAME('T', 'h', 'u'), NAME('F', 'r', 'i'), NAME('S', 'a', 't'),
+                                NAME('S', 'u', 'n')};
 
-static int name_at(const Text *t, ssz i, const char *const *names, int count)
+static inline int name_at(const Text *t, ssz i, const uint32_t *names, int count)
 {
-    for (int k = 0; k < count; k++)
-        if (starts(t, i, names[k], 3)) return 1;
-    return 0;
+    if (i < 0 || i + 3 > t->n) return 0;
+    uint32_t here = NAME(t->s[i], t->s[i + 1], t->s[i + 2]);
+    int any = 0;
+    for (int k = 0; k < count; k++) any |= here == names[k];
+    return any;
 }
+#undef NAME
 static inline int month_at(const Text *t, ssz i) { return name_at(t, i, MONTHS, 12); }
 
 /* (?!\w) at i */
@@ -706,17 +693,18 @@ typedef struct {
     const char *name;
     uint64_t fingerprint; /* FNV-1a of name \0 regex \0 replacement \0 flags */
     Matcher match;        /* NULL: bails out when `bail` occurs */
-    const char *first;    /* the characters a match can start with */
+    const char *first;    /* the characters a match can start with (a rule is tried only there) */
     const char *before;   /* the replacement: before, group 1 (if any), after */
     const char *after;
     const char *bail;
-    const char *prefix;   /* a literal every match starts with (found with memmem), or NULL */
+    const char *prefix;   /* a literal every match starts with (found with find()), or NULL */
     int word_lead;        /* every match starts a word: skip the rest of a word that failed */
     const char *guard[3]; /* literals of which one occurs in every text a match is in */
 } RuleDef;
 
 /* filled by init_rules: per rule id */
-static ssz BEFORE_LEN[32], AFTER_LEN[32], PREFIX_LEN[32];
+static ssz BEFORE_LEN[32], AFTER_LEN[32];
+static Literal PREFIX[32], GUARD[32][3], BAIL[32];
 static unsigned char FIRST[32][256]; /* the characters a rule's match can start with */
 static int USES_GROUP[32];
 
@@ -758,27 +746,24 @@ static const char *const GROUP_RULES[] = {"test_seed", "bearer_token", "pid", "b
 
 static void init_rules(void)
 {
+#if defined(AVX2_FIND)
+    __builtin_cpu_init();
+    HAS_AVX2 = __builtin_cpu_supports("avx2");
+#endif
     for (int id = 0; id < RULE_COUNT; id++) {
         const RuleDef *def = &RULE_DEFS[id];
         BEFORE_LEN[id] = (ssz)strlen(def->before);
         AFTER_LEN[id] = (ssz)strlen(def->after);
-        PREFIX_LEN[id] = def->prefix ? (ssz)strlen(def->prefix) : 0;
+        init_literal(&PREFIX[id], def->prefix);
+        init_literal(&BAIL[id], def->bail);
+        for (int g = 0; g < 3; g++) init_literal(&GUARD[id][g], def->guard[g]);
         for (const char *c = def->first; *c; c++) FIRST[id][(unsigned char)*c] = 1;
         for (size_t g = 0; g < sizeof GROUP_RULES / sizeof *GROUP_RULES; g++)
             if (!strcmp(def->name, GROUP_RULES[g])) USES_GROUP[id] = 1;
     }
 }
 
-static uint64_t fnv1a(uint64_t h, const char *data, Py_ssize_t len)
-{
-    for (Py_ssize_t i = 0; i < len; i++) {
-        h ^= (unsigned char)data[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-static PyObject *rule_id(PyObject *self, PyObject *args)
+static PyObject *rule_id(PyObject *Py_UNUSED(self), PyObject *args)
 {
     const char *name, *regex, *replacement;
     Py_ssize_t name_len, regex_len, replacement_len;
@@ -788,8 +773,7 @@ static PyObject *rule_id(PyObject *self, PyObject *args)
         return NULL;
     char flag_text[32];
     int flag_len = snprintf(flag_text, sizeof flag_text, "%ld", flags);
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv1a(h, name, name_len);
+    uint64_t h = fnv1a(FNV_OFFSET, name, name_len);
     h = fnv1a(h, "", 1);
     h = fnv1a(h, regex, regex_len);
     h = fnv1a(h, "", 1);
@@ -809,47 +793,132 @@ typedef struct {
     ssz len, cap;
 } Buffer;
 
-static int put(Buffer *b, const void *data, ssz len)
+/* room for len more bytes (at least `least` in all) */
+static int grow(Buffer *b, ssz len, ssz least)
 {
-    if (b->len + len > b->cap) {
-        ssz cap = b->cap ? b->cap : 256;
-        while (cap < b->len + len) cap *= 2;
-        char *grown = PyMem_Realloc(b->data, (size_t)cap);
-        if (!grown) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = grown;
-        b->cap = cap;
+    ssz cap = b->cap > least ? b->cap : least > 256 ? least : 256;
+    while (cap < b->len + len) cap *= 2;
+    char *grown = PyMem_Realloc(b->data, (size_t)cap);
+    if (!grown) {
+        PyErr_NoMemory();
+        return -1;
     }
+    b->data = grown;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int put(Buffer *b, const void *data, ssz len)
+{
+    if (b->len + len > b->cap && grow(b, len, 0) < 0) return -1;
     memcpy(b->data + b->len, data, (size_t)len);
     b->len += len;
     return 0;
 }
 
 #define MAX_PASS 8
+#define MAX_PASSES 64
+#define LEAD_SLOTS 8 /* word-lead passes whose word starts one scan of the text lists */
 
-static int contains(const unsigned char *s, ssz n, const char *literal)
-{
-    return find(s, n, literal, (ssz)strlen(literal)) != NULL;
-}
+/* A pass of a program, prepared once per program (see program_for). */
+typedef struct {
+    int count, ids[MAX_PASS];
+    int slot;                    /* word-lead passes: the list of word starts they read, else -1 */
+    const Literal *prefix;       /* a single rule's prefix: candidates are where it stands */
+    unsigned char rules_at[256]; /* bit r: rule ids[r]'s matches can start with this character */
+} Pass;
 
-/* The next position from p where a rule of the pass may match, or n. */
-static ssz next_candidate(const Text *in, ssz p, const char *prefix, ssz prefix_len,
-                          const unsigned char *first)
+typedef struct {
+    PyObject *key; /* the tuple of passes it was made from (a reference is held), or NULL */
+    Py_ssize_t npasses, nrules;
+    int slots;
+    unsigned char slot_bits[256]; /* bit j: the pass in slot j has a rule that can start here */
+    Pass pass[MAX_PASSES];
+} Program;
+
+/* Programs made lately, by the identity of their tuple: the callers pass the same few tuples on
+ * every call, so the ids are read, checked and turned into tables once. */
+#define CACHED_PROGRAMS 4
+static Program *CACHE[CACHED_PROGRAMS];
+static int cache_next;
+
+/* The program of `passes` (a tuple of tuples of rule ids), or NULL with an exception set when it
+ * is not one. Only exact tuples of exact ints are cached (nothing else is sure to read the same
+ * twice); any other program is made for this call alone (*owned: the caller frees it). */
+static Program *program_for(PyObject *passes, int *owned)
 {
-    const unsigned char *s = in->s;
-    if (prefix) {
-        if (p >= in->n) return in->n;
-        const unsigned char *f = find(s + p, in->n - p, prefix, prefix_len);
-        return f ? f - s : in->n;
+    *owned = 0;
+    for (int c = 0; c < CACHED_PROGRAMS; c++)
+        if (CACHE[c] && CACHE[c]->key == passes) return CACHE[c];
+    Py_ssize_t npasses = PyTuple_GET_SIZE(passes);
+    if (npasses > MAX_PASSES) {
+        PyErr_SetString(PyExc_ValueError, "at most 64 passes");
+        return NULL;
     }
-    while (p < in->n && !first[s[p]]) p++;
-    return p;
+    Program *prog = PyMem_Calloc(1, sizeof *prog);
+    if (!prog) return (Program *)PyErr_NoMemory();
+    int cacheable = PyTuple_CheckExact(passes);
+    prog->npasses = npasses;
+    for (Py_ssize_t i = 0; i < npasses; i++) {
+        PyObject *pass = PyTuple_GET_ITEM(passes, i);
+        if (!PyTuple_Check(pass) || PyTuple_GET_SIZE(pass) < 1 || PyTuple_GET_SIZE(pass) > MAX_PASS) {
+            PyErr_SetString(PyExc_ValueError, "each pass is a tuple of 1 to 8 rule ids");
+            goto fail;
+        }
+        cacheable &= PyTuple_CheckExact(pass);
+        Pass *p = &prog->pass[i];
+        p->count = (int)PyTuple_GET_SIZE(pass);
+        for (int r = 0; r < p->count; r++) {
+            PyObject *item = PyTuple_GET_ITEM(pass, r);
+            cacheable &= PyLong_CheckExact(item);
+            long id = PyLong_AsLong(item);
+            if (id == -1 && PyErr_Occurred()) goto fail;
+            if (id < 0 || id >= RULE_COUNT || (p->count > 1 && !RULE_DEFS[id].match)) {
+                PyErr_Format(PyExc_ValueError, "not a rule id of this module: %ld", id);
+                goto fail;
+            }
+            p->ids[r] = (int)id;
+        }
+        prog->nrules += p->count;
+    }
+    for (Py_ssize_t i = 0; i < npasses; i++) {
+        Pass *p = &prog->pass[i];
+        const RuleDef *lead = &RULE_DEFS[p->ids[0]];
+        int word_lead = 1;
+        for (int r = 0; r < p->count; r++) {
+            for (int c = 0; c < 256; c++) p->rules_at[c] |= (unsigned char)(FIRST[p->ids[r]][c] << r);
+            word_lead &= RULE_DEFS[p->ids[r]].word_lead;
+        }
+        p->prefix = p->count == 1 && lead->prefix ? &PREFIX[p->ids[0]] : NULL;
+        /* past LEAD_SLOTS a word-lead pass tries every place its rules can start at, as other
+         * passes do: the same matches (each of its rules checks the word start itself) */
+        p->slot = -1;
+        if (lead->match && word_lead && prog->slots < LEAD_SLOTS) {
+            p->slot = prog->slots++;
+            for (int c = 0; c < 256; c++)
+                if (p->rules_at[c]) prog->slot_bits[c] |= (unsigned char)(1u << p->slot);
+        }
+    }
+    if (!cacheable) {
+        *owned = 1;
+        return prog;
+    }
+    if (CACHE[cache_next]) { /* the oldest goes */
+        Py_DECREF(CACHE[cache_next]->key);
+        PyMem_Free(CACHE[cache_next]);
+    }
+    prog->key = Py_NewRef(passes);
+    CACHE[cache_next] = prog;
+    cache_next = (cache_next + 1) % CACHED_PROGRAMS;
+    return prog;
+fail:
+    PyMem_Free(prog);
+    return NULL;
 }
+
+static int contains(const Text *t, const Literal *lit) { return find(t->s, t->n, lit) != NULL; }
 
 #if defined(__SSE2__)
-#include <emmintrin.h>
 /* bit i set: s[i] is a word character [A-Za-z0-9_] (ASCII: signed compares are safe) */
 static inline unsigned word_mask16(const unsigned char *s)
 {
@@ -864,96 +933,187 @@ static inline unsigned word_mask16(const unsigned char *s)
 }
 #endif
 
-/* The first position from p where a word starts (a word character after a non-word one). */
-static ssz next_word_start(const Text *in, ssz p)
+/* Every rule of a word-lead pass matches only at a word start (a word character after a
+ * non-word one, or at 0), so such a pass looks at those alone, and of them at the ones its
+ * rules can start with. One scan of the text lists the word starts some word-lead pass of the
+ * program can start with, each with the slots of the passes that can (Program.slot_bits); the
+ * list serves until a pass changes the text (most passes change nothing), and then the next
+ * word-lead pass scans the new text. */
+typedef struct {
+    ssz *at, *picked;     /* the word starts listed; room for those one pass picks of them */
+    unsigned char *slots; /* per listed start: bit j, the pass in slot j can start there */
+    ssz count, cap;
+    int valid;
+} Leads;
+
+static int find_leads(const Text *in, const Program *prog, Leads *leads)
 {
-    const unsigned char *s = in->s;
-    ssz n = in->n;
-    unsigned before = p > 0 && (K[s[p - 1]] & K_W);
+    const unsigned char *s = in->s, *slot_bits = prog->slot_bits;
+    ssz n = in->n, p = 0, count = 0;
+    ssz most = n / 2 + 1; /* two word starts are never next to each other */
+    if (most > leads->cap) {
+        ssz *grown = PyMem_Realloc(leads->at, (2 * sizeof(ssz) + 1) * (size_t)most);
+        if (!grown) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        leads->at = grown;
+        leads->picked = grown + most;
+        leads->slots = (unsigned char *)(grown + 2 * most);
+        leads->cap = most;
+    }
+    ssz *at = leads->at;
+    unsigned char *slots = leads->slots;
+    unsigned before = 0;
+    /* every start is written, and the count moves past it when a pass wants it: no branch
+     * that depends on the text */
 #if defined(__SSE2__)
-    while (p + 16 <= n) {
+    for (; p + 16 <= n; p += 16) {
         unsigned words = word_mask16(s + p);
         unsigned starts = words & ~((words << 1) | before) & 0xFFFFu;
-        if (starts) return p + __builtin_ctz(starts);
         before = (words >> 15) & 1u;
-        p += 16;
+        for (; starts; starts &= starts - 1) {
+            ssz q = p + __builtin_ctz(starts);
+            unsigned char bits = slot_bits[s[q]];
+            at[count] = q;
+            slots[count] = bits;
+            count += bits != 0;
+        }
     }
 #endif
     for (; p < n; p++) {
         unsigned word = (K[s[p]] & K_W) != 0;
-        if (word && !before) return p;
+        if (word && !before) {
+            unsigned char bits = slot_bits[s[p]];
+            at[count] = p;
+            slots[count] = bits;
+            count += bits != 0;
+        }
         before = word;
     }
-    return n;
+    leads->count = count;
+    leads->valid = 1;
+    return 0;
 }
 
-/* next_candidate for passes whose matches all start a word */
-static ssz next_word_candidate(const Text *in, ssz p, const unsigned char *first)
+/* the listed word starts the pass in `slot` can start at, into leads->picked: how many */
+static ssz pick_leads(Leads *leads, int slot)
 {
-    while ((p = next_word_start(in, p)) < in->n && !first[in->s[p]]) p++;
-    return p;
+    ssz picked = 0, *out = leads->picked;
+    const ssz *at = leads->at;
+    const unsigned char *slots = leads->slots;
+    for (ssz w = 0; w < leads->count; w++) {
+        out[picked] = at[w];
+        picked += (slots[w] >> slot) & 1u;
+    }
+    return picked;
 }
 
-/* One pass of rules ids[0..count) (fused: at each position the first rule that matches) over
- * `in`; the result goes to `out` (emptied first). Returns the number of matches, -1 on error. */
-static ssz run_pass(const Text *in, const int *ids, int count, Buffer *out, long *counts,
-                    long *first_hit, long *hits)
+/* The rules of pass at p (the first that matches, among those that can start with the
+ * character there): its index in the pass, or -1 */
+static inline int match_at(const Text *in, ssz p, const Pass *pass, Match *m)
 {
-    const RuleDef *lead = &RULE_DEFS[ids[0]];
-    if (count == 1 && lead->guard[0]) {
+    for (unsigned rules = pass->rules_at[in->s[p]]; rules; rules &= rules - 1) {
+        int r = __builtin_ctz(rules);
+        if (RULE_DEFS[pass->ids[r]].match(in, p, m)) return r;
+    }
+    return -1;
+}
+
+/* Writes rule id's replacement of the match at p, after what precedes it from `copied`. */
+static int replace(const Text *in, ssz copied, ssz p, int id, const Match *m, Buffer *out)
+{
+    const RuleDef *def = &RULE_DEFS[id];
+    if (put(out, in->s + copied, p - copied) < 0 || put(out, def->before, BEFORE_LEN[id]) < 0)
+        return -1;
+    if (USES_GROUP[id] && m->g1 >= 0 && put(out, in->s + m->g1, m->g1_end - m->g1) < 0) return -1;
+    return put(out, def->after, AFTER_LEN[id]);
+}
+
+/* One pass (fused: at each position the first rule that matches) over `in`; the result goes to
+ * `out` (emptied first). Returns the number of matches, -1 on error. */
+static ssz run_pass(const Text *in, const Program *prog, const Pass *pass, Buffer *out,
+                    long *counts, long *first_hit, long *hits, Leads *leads)
+{
+    const RuleDef *lead = &RULE_DEFS[pass->ids[0]];
+    if (pass->count == 1 && lead->guard[0]) {
         int any = 0;
         for (int g = 0; g < 3 && lead->guard[g] && !any; g++)
-            any = contains(in->s, in->n, lead->guard[g]);
+            any = contains(in, &GUARD[pass->ids[0]][g]);
         if (!any) return 0;
     }
-    unsigned char fused[256];
-    const unsigned char *first = FIRST[ids[0]];
-    int word_lead = lead->word_lead;
-    if (count > 1) {
-        memset(fused, 0, sizeof fused);
-        for (int r = 0; r < count; r++) {
-            for (int c = 0; c < 256; c++) fused[c] |= FIRST[ids[r]][c];
-            word_lead &= RULE_DEFS[ids[r]].word_lead;
-        }
-        first = fused;
-    }
-    const char *prefix = count == 1 ? lead->prefix : NULL;
-    ssz prefix_len = prefix ? PREFIX_LEN[ids[0]] : 0;
-    ssz matches = 0, copied = 0, p = 0;
-    out->len = 0;
     const unsigned char *s = in->s;
-    while ((p = word_lead ? next_word_candidate(in, p, first)
-                          : next_candidate(in, p, prefix, prefix_len, first)) < in->n) {
-        Match m;
-        int hit = -1;
-        for (int r = 0; r < count && hit < 0; r++)
-            if (RULE_DEFS[ids[r]].match(in, p, &m)) hit = r;
-        if (hit < 0) {
-            p++; /* with word leads, next_word_candidate skips the rest of this word */
-            continue;
+    ssz matches = 0, copied = 0, p = 0, n = in->n;
+    out->len = 0;
+    Match m;
+    int hit;
+    /* the first match makes room for the text and some growth at once (one allocation where
+     * doubling from 256 took several) */
+#define MATCHED()                                                                                \
+    do {                                                                                         \
+        if (!matches && out->cap < n + n / 8 + 64 && grow(out, 0, n + n / 8 + 64) < 0) return -1; \
+        if (replace(in, copied, p, pass->ids[hit], &m, out) < 0) return -1;                      \
+        counts[hit]++;                                                                           \
+        if (!first_hit[hit]) first_hit[hit] = ++*hits; /* the order re.sub's callback meets them */ \
+        matches++;                                                                               \
+        copied = m.end;                                                                          \
+    } while (0)
+    if (pass->slot >= 0) {
+        /* the places the loop below would try and match at: the listed word starts from the
+         * end of the last match on */
+        if (!leads->valid && find_leads(in, prog, leads) < 0) return -1;
+        const ssz *list = leads->picked;
+        for (ssz w = 0, count = pick_leads(leads, pass->slot); w < count; w++) {
+            if ((p = list[w]) < copied || (hit = match_at(in, p, pass, &m)) < 0) continue;
+            MATCHED();
         }
-        const RuleDef *def = &RULE_DEFS[ids[hit]];
-        if (put(out, s + copied, p - copied) < 0 ||
-            put(out, def->before, BEFORE_LEN[ids[hit]]) < 0)
-            return -1;
-        if (USES_GROUP[ids[hit]] && m.g1 >= 0 && put(out, s + m.g1, m.g1_end - m.g1) < 0) return -1;
-        if (put(out, def->after, AFTER_LEN[ids[hit]]) < 0) return -1;
-        counts[hit]++;
-        if (!first_hit[hit]) first_hit[hit] = ++*hits; /* the order re.sub's callback meets the rules */
-        matches++;
-        copied = p = m.end;
+    } else if (pass->prefix) {
+        const unsigned char *f;
+        while (p < n && (f = find(s + p, n - p, pass->prefix)) != NULL) {
+            p = f - s;
+            if ((hit = match_at(in, p, pass, &m)) < 0) {
+                p++;
+                continue;
+            }
+            MATCHED();
+            p = m.end;
+        }
+    } else {
+        for (; p < n; p++) {
+            if (!pass->rules_at[s[p]] || (hit = match_at(in, p, pass, &m)) < 0) continue;
+            MATCHED();
+            p = m.end - 1;
+        }
     }
-    if (matches && put(out, s + copied, in->n - copied) < 0) return -1;
+#undef MATCHED
+    if (matches && put(out, s + copied, n - copied) < 0) return -1;
     return matches;
 }
 
-static int bails(const Text *t, const char *literal) { return contains(t->s, t->n, literal); }
+/* The passes' scratch space (two texts, the word starts), kept from call to call: the passes
+ * run no Python code, so no other call can use it meanwhile. Past 1 MiB it is let go. */
+static Buffer SCRATCH[2];
+static Leads LEADS;
+
+static void release_scratch(void)
+{
+    for (int k = 0; k < 2; k++)
+        if (SCRATCH[k].cap > (1 << 20)) {
+            PyMem_Free(SCRATCH[k].data);
+            SCRATCH[k].data = NULL;
+            SCRATCH[k].cap = SCRATCH[k].len = 0;
+        }
+    if (LEADS.cap > (1 << 17)) {
+        PyMem_Free(LEADS.at);
+        memset(&LEADS, 0, sizeof LEADS);
+    }
+}
 
 /* normalize(text, passes, names, counts) -> text | None
  * passes: a tuple of tuples of rule ids; names: one per rule, in the order given; counts: a dict
  * whose entry for a rule's name grows by its number of matches (rules without any are left out).
  */
-static PyObject *normalize(PyObject *self, PyObject *args)
+static PyObject *normalize(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *text, *passes, *names, *tallies;
     if (!PyArg_ParseTuple(args, "UO!O!O!", &text, &PyTuple_Type, &passes, &PyTuple_Type, &names,
@@ -963,87 +1123,80 @@ static PyObject *normalize(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "_fastnorm.normalize takes ASCII text only");
         return NULL;
     }
-    Py_ssize_t npasses = PyTuple_GET_SIZE(passes), nrules = 0;
-    int ids[64][MAX_PASS], sizes[64];
-    if (npasses > 64) {
-        PyErr_SetString(PyExc_ValueError, "at most 64 passes");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < npasses; i++) {
-        PyObject *pass = PyTuple_GET_ITEM(passes, i);
-        if (!PyTuple_Check(pass) || PyTuple_GET_SIZE(pass) < 1 || PyTuple_GET_SIZE(pass) > MAX_PASS) {
-            PyErr_SetString(PyExc_ValueError, "each pass is a tuple of 1 to 8 rule ids");
-            return NULL;
-        }
-        sizes[i] = (int)PyTuple_GET_SIZE(pass);
-        for (int r = 0; r < sizes[i]; r++) {
-            long id = PyLong_AsLong(PyTuple_GET_ITEM(pass, r));
-            if (id == -1 && PyErr_Occurred()) return NULL;
-            if (id < 0 || id >= RULE_COUNT || (sizes[i] > 1 && !RULE_DEFS[id].match)) {
-                PyErr_Format(PyExc_ValueError, "not a rule id of this module: %ld", id);
-                return NULL;
-            }
-            ids[i][r] = (int)id;
-        }
-        nrules += sizes[i];
-    }
+    int owned;
+    Program *prog = program_for(passes, &owned);
+    if (!prog) return NULL;
+    Py_ssize_t nrules = prog->nrules;
+    PyObject *result = NULL;
     if (PyTuple_GET_SIZE(names) != nrules) {
         PyErr_SetString(PyExc_ValueError, "one name per rule of the passes");
-        return NULL;
+        goto done;
     }
     Text cur = {(const unsigned char *)PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
-    Buffer buffers[2] = {{NULL, 0, 0}, {NULL, 0, 0}};
+    Buffer *buffers = SCRATCH;
+    Leads *leads = &LEADS;
+    leads->valid = 0;
     int which = 0, changed = 0;
-    long counts[64 * MAX_PASS] = {0}, first[64 * MAX_PASS] = {0}, hits = 0;
-    PyObject *result = NULL;
+    long counts[MAX_PASSES * MAX_PASS], first[MAX_PASSES * MAX_PASS], hits = 0;
+    memset(counts, 0, sizeof(long) * (size_t)nrules); /* only these are read */
+    memset(first, 0, sizeof(long) * (size_t)nrules);
     Py_ssize_t at_rule = 0;
-    for (Py_ssize_t i = 0; i < npasses; at_rule += sizes[i], i++) {
-        const RuleDef *only = &RULE_DEFS[ids[i][0]];
-        if (!only->match) {
-            if (bails(&cur, only->bail)) {
+    for (Py_ssize_t i = 0; i < prog->npasses; at_rule += prog->pass[i].count, i++) {
+        const Pass *pass = &prog->pass[i];
+        if (!RULE_DEFS[pass->ids[0]].match) {
+            if (contains(&cur, &BAIL[pass->ids[0]])) {
                 result = Py_NewRef(Py_None);
-                goto done;
+                goto release;
             }
             continue;
         }
-        ssz n = run_pass(&cur, ids[i], sizes[i], &buffers[which], counts + at_rule,
-                         first + at_rule, &hits);
-        if (n < 0) goto done;
+        ssz n = run_pass(&cur, prog, pass, &buffers[which], counts + at_rule, first + at_rule,
+                         &hits, leads);
+        if (n < 0) goto release;
         if (n > 0) {
+            leads->valid = 0;
             cur.s = (const unsigned char *)buffers[which].data;
             cur.n = buffers[which].len;
             which ^= 1;
             changed = 1;
         }
     }
+    /* the text is made before the counts go in: the dict may run Python code, even this
+     * function again, which reuses the scratch space */
+    if (changed) {
+        if (!(result = PyUnicode_New(cur.n, 127))) goto release;
+        memcpy(PyUnicode_DATA(result), cur.s, (size_t)cur.n);
+    } else {
+        result = Py_NewRef(text);
+    }
+    release_scratch();
     /* counts go into the dict in the order the regex passes insert them: pass by pass, and
      * within a fused pass by each rule's first match (same keys, same order, same JSON) */
     for (long order = 1; order <= hits; order++) {
         Py_ssize_t r = 0;
         while (r < nrules && first[r] != order) r++;
         PyObject *name = PyTuple_GET_ITEM(names, r), *before = PyDict_GetItemWithError(tallies, name);
-        if (!before && PyErr_Occurred()) goto done;
+        if (!before && PyErr_Occurred()) goto fail;
         long total = counts[r];
         if (before) {
             total += PyLong_AsLong(before);
-            if (PyErr_Occurred()) goto done;
+            if (PyErr_Occurred()) goto fail;
         }
         PyObject *value = PyLong_FromLong(total);
         if (!value || PyDict_SetItem(tallies, name, value) < 0) {
             Py_XDECREF(value);
-            goto done;
+            goto fail;
         }
         Py_DECREF(value);
     }
-    if (changed) {
-        result = PyUnicode_New(cur.n, 127);
-        if (result) memcpy(PyUnicode_DATA(result), cur.s, (size_t)cur.n);
-    } else {
-        result = Py_NewRef(text);
-    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+    goto done;
+release:
+    release_scratch();
 done:
-    PyMem_Free(buffers[0].data);
-    PyMem_Free(buffers[1].data);
+    if (owned) PyMem_Free(prog);
     return result;
 }
 
@@ -1061,16 +1214,6 @@ typedef struct {
     uint32_t id;    /* 1 + the piece's number among the distinct pieces; 0: an empty slot */
     uint32_t text;  /* which text the piece was first seen in */
 } Piece;
-
-static uint64_t piece_hash(const unsigned char *s, ssz len)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (ssz i = 0; i < len; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
 
 /* str.split() (ASCII whitespace, runs dropped) or str.split("\n") of s[0..n): piece bounds */
 static ssz split_pieces(const unsigned char *s, ssz n, int lines, ssz *starts, ssz *ends)
@@ -1105,7 +1248,7 @@ static Py_UCS4 shared_code(uint32_t k)
 }
 
 /* sequence_codes(a, b, lines) -> (codes_a, codes_b): see Piece */
-static PyObject *sequence_codes(PyObject *self, PyObject *args)
+static PyObject *sequence_codes(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *texts[2];
     int lines;
@@ -1148,7 +1291,7 @@ static PyObject *sequence_codes(PyObject *self, PyObject *args)
         for (ssz i = 0; i < count[k]; i++) {
             const unsigned char *start = s[k] + starts[k][i];
             uint32_t len = (uint32_t)(ends[k][i] - starts[k][i]);
-            size_t slot = (size_t)piece_hash(start, len) & (slots - 1);
+            size_t slot = (size_t)fnv1a(FNV_OFFSET, start, len) & (slots - 1);
             while (table[slot].id && (table[slot].len != len ||
                                       memcmp(s[table[slot].text] + table[slot].start, start, len)))
                 slot = (slot + 1) & (slots - 1);
