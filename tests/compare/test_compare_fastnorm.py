@@ -23,10 +23,9 @@ from rapidfuzz.distance import Indel
 from test_compare_normalize import MUST_KEEP, MUST_REWRITE
 
 from fidelity.compare import normalize as normalize_module
-from fidelity.compare.calibration.devset_agents import SHARED, load_runs
 from fidelity.compare.normalize import DEFAULT_RULES, RULES, Normalizer, compiled_program
 from fidelity.compare.terminal import similarity
-from tests.conftest import unavailable
+from tests.conftest import public_agent_steps
 
 REFERENCE = Normalizer(line_memo=False)
 COMPILED = Normalizer()
@@ -102,16 +101,12 @@ def test_rule_examples_and_command_outputs() -> None:
 
 
 def test_public_agent_runs() -> None:
-    if not SHARED.is_dir():
-        unavailable(f"{SHARED} is not beside this checkout")
     texts = 0
-    for run in load_runs():
-        for step in run.trajectory.steps:
-            command = step.action.render()
-            both(command, "git show")
-            if step.observation is not None and step.observation.text:
-                both(step.observation.text, command)
-                texts += 1
+    for command, text in public_agent_steps():
+        both(command, "git show")
+        if text:
+            both(text, command)
+            texts += 1
     assert texts > 3000
 
 
