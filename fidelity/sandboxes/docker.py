@@ -294,9 +294,38 @@ class DockerSandbox(Sandbox):
         # The exec'd shell leads its own session and process group: the step timeout kills it.
         self._shell_pid = int(text) if text.isdigit() else None
         self._stdin_link = None
-        with contextlib.suppress(OSError, KeyError, TypeError):
-            self._shell_host_pid = int(api.exec_inspect(exec_id)["Pid"])
-            self._stdin_link = os.readlink(f"/proc/{self._shell_host_pid}/fd/0")
+        # Found through the container's cgroup: docker's exec_inspect may still report Pid 0
+        # for a shell that has already run a command (1 reset in 30 here), and without the
+        # shell's stdin no process left reading it would ever be caught.
+        self._shell_host_pid = self._host_pid(self._shell_pid) or 0
+        if not self._shell_host_pid:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                self._shell_host_pid = int(api.exec_inspect(exec_id)["Pid"])
+        if self._shell_host_pid:
+            with contextlib.suppress(OSError):
+                self._stdin_link = os.readlink(f"/proc/{self._shell_host_pid}/fd/0")
+
+    def _host_pid(self, container_pid: int | None) -> int | None:
+        """The host pid of the container's process *container_pid* (the innermost pid in its
+        ``NSpid``), among the container cgroup's processes; None where that is not readable."""
+        procs = self._cgroup.get("pids")
+        if container_pid is None or procs is None:
+            return None
+        try:
+            pids = [int(x) for x in (procs.parent / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return None
+        for pid in pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue  # it ended meanwhile
+            nspid = next(
+                (line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), []
+            )
+            if nspid and nspid[-1] == str(container_pid):
+                return pid
+        return None
 
     def _stdin_thieves(self) -> list[int]:
         """Processes besides the shell holding the shell's stdin (they would eat commands).
