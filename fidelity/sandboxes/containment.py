@@ -160,15 +160,19 @@ def _own_cgroups() -> dict[str, str]:
     return found
 
 
+def cgroup_pids(path: Path) -> list[int]:
+    """The pids in cgroup folder *path*; none where it cannot be read (gone, not permitted)."""
+    try:
+        return [int(x) for x in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def remove_cgroup(path: Path, limit: float = 5.0) -> bool:
     """SIGKILL the processes of cgroup *path* and remove it; False when it stayed."""
     deadline = time.monotonic() + limit
     while True:
-        try:
-            pids = [int(x) for x in (path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            pids = []
-        for pid in pids:
+        for pid in cgroup_pids(path):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         try:

@@ -311,11 +311,7 @@ class DockerSandbox(Sandbox):
         procs = self._cgroup.get("pids")
         if container_pid is None or procs is None:
             return None
-        try:
-            pids = [int(x) for x in (procs.parent / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return None
-        for pid in pids:
+        for pid in containment.cgroup_pids(procs.parent):
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
@@ -336,10 +332,7 @@ class DockerSandbox(Sandbox):
         procs = self._cgroup.get("pids")
         if self._stdin_link is None or procs is None:
             return []
-        try:
-            pids = [int(x) for x in (procs.parent / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
+        pids = containment.cgroup_pids(procs.parent)
         others = [pid for pid in pids if pid != self._shell_host_pid]
         return containment.fd_holders(others, self._stdin_link)
 
