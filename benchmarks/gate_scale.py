@@ -10,11 +10,14 @@ beside it, in the same run, the naive way's figures on the smallest size:
 ``read_trajectories`` (the whole file as pydantic objects, what the gate did
 before) and a plain ``json.loads`` loop (the floor of any reader).
 
-Then the smallest size split into ``--shards`` shards is gated twice, with
+Then the smallest size split into ``--shards`` shards is gated four times, with
 ``--executor local`` and ``--executor ray`` (a Ray cluster of this machine's
-CPUs, started by the gate): each pass reads the shards in Ray tasks, so the
-ratio shows how reading spreads over cores. Ends with an estimate, from these
-figures, of gating 1 TB with a 10,000-trajectory sample on a 16-node cluster.
+CPUs, started by the gate), each with ``--layout joined`` (the driver joins the
+shards' part files into one file per output) and ``--layout sharded`` (each
+shard's task writes its own output files, no join): each pass reads the shards
+in Ray tasks, so the ratio shows how reading spreads over cores. Ends with two
+estimates, from these figures, of gating 1 TB with a 10,000-trajectory sample
+on a 16-node cluster: joined (the driver copies every output byte) and sharded.
 
     python benchmarks/gate_scale.py [--sizes 10000,100000] [--sample 20] [--shards 8]
 """
@@ -105,7 +108,7 @@ def shard(dataset: Path, folder: Path, count: int) -> None:
 
 def sharded(size: int, shards: int, sample: int) -> float:
     """Gate *size* trajectories in *shards* shards locally and on a Ray cluster of this
-    machine's CPUs (started by the gate); returns the Ray run's MB/s of dataset."""
+    machine's CPUs (started by the gate), in both layouts; returns the Ray run's MB/s."""
     import os
 
     with tempfile.TemporaryDirectory() as name:
@@ -115,23 +118,28 @@ def sharded(size: int, shards: int, sample: int) -> float:
         shard(whole, folder / "shards", shards)
         whole.unlink()
         runs = {}
-        for way, extra in (("local", ()), ("ray", ("--executor", "ray"))):
-            (folder / way).mkdir()
-            seconds, peak, code = gate(folder / "shards", folder / way, sample, *extra)
-            runs[way] = seconds
+        for way, layout in itertools.product(("local", "ray"), ("joined", "sharded")):
+            extra = ("--layout", layout) + (("--executor", "ray") if way == "ray" else ())
+            (folder / f"{way}-{layout}").mkdir()
+            seconds, peak, code = gate(
+                folder / "shards", folder / f"{way}-{layout}", sample, *extra
+            )
+            runs[way, layout] = seconds
             print(
                 f"{size:>9,} trajectories in {shards} shards ({megabytes:6.1f} MB), --executor "
-                f"{way:5}: {seconds:6.1f} s, driver peak RSS {peak:5.0f} MiB, "
+                f"{way:5} --layout {layout:7}: {seconds:6.1f} s, driver peak RSS {peak:5.0f} MiB, "
                 f"{megabytes / seconds:5.1f} MB/s, exit {code}",
                 flush=True,
             )
-        join = time_join(folder / "local" / "out")
+        join = time_join(folder / "local-joined" / "out")
+        ray, local = runs["ray", "joined"], runs["local", "joined"]
         print(
-            f"    ray/local: {runs['local'] / runs['ray']:.2f}x faster on {os.cpu_count()} CPUs "
+            f"    ray/local: {local / ray:.2f}x faster on {os.cpu_count()} CPUs "
             f"(each pass reads the shards in Ray tasks); the driver's join of the outputs "
-            f"copies {join:.0f} MB/s"
+            f"copies {join:.0f} MB/s; sharded/joined: {local / runs['local', 'sharded']:.2f}x "
+            f"locally, {ray / runs['ray', 'sharded']:.2f}x on Ray"
         )
-        return megabytes / runs["ray"]
+        return megabytes / ray
 
 
 def time_join(out: Path) -> float:
@@ -209,16 +217,21 @@ def main() -> None:
     read_seconds = max(1e6 / (per_mb * cores), 3e6 / STORAGE_MB_S)
     join_seconds = 1e6 / JOIN_MB_S
     replay_seconds = 10_000 * replay_per_trajectory / cores
-    print(
+    reading = (
         f"estimate, 1 TB with a 10,000-trajectory sample on 16 nodes x 16 cores, in shards of "
         f"a few GB: the 3 passes read the shards in Ray tasks at {per_mb:.1f} MB/s a core "
         f"(one process's rate above), capped by shared storage at {STORAGE_MB_S} MB/s "
-        f"(assumed; 3 TB read) = {read_seconds / 60:.0f} min, + the driver joining "
-        f"~1 TB of outputs at {JOIN_MB_S} MB/s (a disk's sequential copy, assumed) = "
-        f"{join_seconds / 60:.0f} min, + replaying ~{replay_seconds / 60:.0f} min (10,000 x "
-        f"{replay_per_trajectory:.0f} s over {cores} workers): about "
-        f"{(read_seconds + join_seconds + replay_seconds) / 3600:.1f} h "
-        f"(one driver streaming every pass: {1e6 / per_mb / 3600:.1f} h)"
+        f"(assumed; 3 TB read) = {read_seconds / 60:.0f} min, + replaying "
+        f"~{replay_seconds / 60:.0f} min (10,000 x {replay_per_trajectory:.0f} s over "
+        f"{cores} workers)"
+    )
+    print(
+        f"{reading}:\n    --layout joined: + the driver joining ~1 TB of outputs at "
+        f"{JOIN_MB_S} MB/s (a disk's sequential copy, assumed) = {join_seconds / 60:.0f} min: "
+        f"about {(read_seconds + join_seconds + replay_seconds) / 3600:.1f} h\n"
+        f"    --layout sharded: each shard's task writes its own outputs (no join): about "
+        f"{(read_seconds + replay_seconds) / 3600:.1f} h\n"
+        f"    (one driver streaming every pass: {1e6 / per_mb / 3600:.1f} h)"
     )
 
 

@@ -726,6 +726,14 @@ def gate(
     compare_config: CompareConfigOption = None,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help="joined (default): admitted.jsonl etc.; sharded: folders admitted/ etc. "
+            "of one file per input shard (no join on the driver).",
+        ),
+    ] = None,
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -738,7 +746,7 @@ def gate(
         raise UsageError("--policy is required (a TOML gate policy)")
     rules = load_policy(policy)
     if dataset is None:
-        _gate_usage(sample, replay_all, cut_at_horizon, allow_root)
+        _gate_usage(sample, replay_all, cut_at_horizon, allow_root, layout)
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
@@ -762,6 +770,7 @@ def gate(
                     "compare": _compare_config(compare_config),
                     "executor": _executor(executor, ray_address),
                     "ray_address": ray_address,
+                    "layout": _layout(layout),
                 },
                 progress,
             )
@@ -788,7 +797,11 @@ def _compare_config(path: Path | None) -> Any:
 
 
 def _gate_usage(
-    sample: int | None, replay_all: bool, cut_at_horizon: bool, allow_root: list[Path] | None
+    sample: int | None,
+    replay_all: bool,
+    cut_at_horizon: bool,
+    allow_root: list[Path] | None,
+    layout: str | None,
 ) -> None:
     from fidelity.errors import UsageError
 
@@ -796,6 +809,17 @@ def _gate_usage(
         raise UsageError("--sample, --all and --cut-at-horizon need a DATASET argument")
     if allow_root:
         raise UsageError("--allow-root needs a DATASET argument")
+    if layout is not None:
+        raise UsageError("--layout needs a DATASET argument")
+
+
+def _layout(value: str | None) -> str:
+    """``--layout``: joined (the default) or sharded."""
+    from fidelity.errors import UsageError
+
+    if value not in (None, "joined", "sharded"):
+        raise UsageError(f"--layout {value!r}: choose joined or sharded")
+    return value or "joined"
 
 
 def _gate_run(db: Path, run: str | None, rules: Any) -> Any:

@@ -25,7 +25,10 @@ or glob of shards: :mod:`fidelity.formats.dataset`); memory stays flat in its si
      on pass or warn (cut at the domain's trust horizon with ``cut_at_horizon``),
      quarantined on fail.
 
-Every trajectory of the dataset ends up in exactly one of the two files.
+Every trajectory of the dataset ends up in exactly one of the two files. With
+``layout="sharded"`` the three outputs are folders (``admitted/`` ...) of one
+``part-NNNNNN.jsonl`` per input shard, written by the shard's own task and never
+copied by the driver; concatenated in name order they are the joined files.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.executors import ExecutorConfig, get_executor
 from fidelity.executors.ray import map_on_cluster
-from fidelity.formats.dataset import lines as dataset_lines
 from fidelity.formats.dataset import shard_lines
 from fidelity.formats.dataset import shards as dataset_shards
 from fidelity.formats.jsonl import PathConfiner, confine_paths
@@ -94,6 +96,11 @@ class GateOptions(BaseModel):
     )
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
+    layout: Literal["joined", "sharded"] = Field(
+        default="joined",
+        description="joined: admitted.jsonl etc.; sharded: folders admitted/ etc., "
+        "one part-NNNNNN.jsonl per input shard",
+    )
 
 
 class Decision(BaseModel):
@@ -148,6 +155,9 @@ class Manifest(BaseModel):
     domain_trust_horizon: int
     verdict: Verdict
     counts: Counts
+    layout: Literal["joined", "sharded"] = Field(
+        description="joined: the three paths are files; sharded: folders of one file per shard"
+    )
     admitted_path: str
     quarantined_path: str
     decisions_path: str = Field(description="every decision, one JSON line per trajectory")
@@ -170,7 +180,10 @@ def gate_dataset(
     pass are read at once by Ray tasks across the cluster (every node must see
     the dataset and the output folder at the same paths), and the driver
     merges what they learned and concatenates the files they wrote, in shard
-    order: the outputs are byte for byte those of a local gate.
+    order: the outputs are byte for byte those of a local gate. With
+    ``layout="sharded"`` it keeps them as one file per shard instead (no copy).
+    Files in the output folder that a gate writes, and hidden entries such as
+    its staging folder, are never read as shards of a folder or glob dataset.
 
     *progress* hears ``("total:scan", 0)`` (a total not known yet) and then
     ``("scan", n)`` as trajectories are read, ``("total:real", n)`` and
@@ -186,6 +199,7 @@ def gate_dataset(
         executor=options.executor,
         ray_address=options.ray_address,
         progress=report,
+        exclude=output_paths(options.output_dir),
     )
     domain = scan.domain
     run_id = options.run_id or new_run_id()
@@ -232,6 +246,7 @@ def scan_dataset(
     executor: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     progress: pipeline.ProgressCallback | None = None,
+    exclude: Sequence[Path] = (),
 ) -> Scan:
     """Pass 1: validate every trajectory, check one domain and observations, draw the sample.
 
@@ -242,10 +257,11 @@ def scan_dataset(
     one); either way
     the first error in dataset order is the one raised. *progress* hears
     ``("scan", n)`` as trajectories are read (on Ray, as each shard's scan returns).
+    Files and folders in *exclude* (and hidden entries) are not shards.
     """
     report = progress or _quiet
     report("total:scan", 0)
-    paths = dataset_shards(source)
+    paths = dataset_shards(source, exclude)
     calls = [(index, path, size, seed, tuple(allowed_roots)) for index, path in enumerate(paths)]
     scans = (
         (scan_shard(*call, progress=report) for call in calls)
@@ -381,7 +397,7 @@ class _ScanMerge:
         if self.sampler.total == 0:
             raise InputFormatError(str(source), None, None, "no trajectories in dataset")
         if (hashed := self.ids.duplicate()) is not None:
-            raise _duplicate_error(source, hashed)
+            raise _duplicate_error(source, paths, hashed)
         return Scan(
             domain=pipeline.check_domain(next(iter(self.domains))).value,
             trajectories=self.sampler.total,
@@ -535,10 +551,11 @@ def id_hash(trajectory_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(trajectory_id.encode(), digest_size=8).digest(), "big")
 
 
-def _duplicate_error(source: Path, hashed: int) -> InputFormatError:
+def _duplicate_error(source: Path, paths: Sequence[Path], hashed: int) -> InputFormatError:
     """Find the two lines whose ids hash to *hashed* (a rare second read) and name them."""
     first: str | None = None
-    for line in dataset_lines(source):
+    lines = (line for index, path in enumerate(paths) for line in shard_lines(index, path))
+    for line in lines:
         trajectory_id = str(json.loads(line.text).get("id"))
         if id_hash(trajectory_id) == hashed:
             if first is not None:
@@ -676,6 +693,11 @@ def _verified(
 _OUTPUTS = ("admitted", "quarantined", "decisions")
 
 
+def output_paths(out: Path) -> list[Path]:
+    """What a gate writes into *out*, in either layout (never read back as dataset shards)."""
+    return [out / f"{name}{suffix}" for name in _OUTPUTS for suffix in (".jsonl", "")]
+
+
 def _write(
     options: GateOptions,
     policy: Policy,
@@ -688,15 +710,19 @@ def _write(
 ) -> Manifest:
     """Pass 3: decide every trajectory and write it to its file as it is decided.
 
-    Each shard is written to its own part files (here, or by a Ray task), which
-    are then joined in shard order; the output files appear only once all are.
+    Each shard is written to its own part files (here, or by a Ray task) in a
+    hidden staging folder of the output folder; the joined layout concatenates
+    them in shard order, the sharded layout keeps them as they are. The outputs
+    are renamed into place only once every shard is written (on an error,
+    nothing new appears and the staging folder is removed).
     """
     out = options.output_dir
-    finals = {name: out / f"{name}.jsonl" for name in _OUTPUTS}
     minimum = max(1, policy.for_domain(verdict.domain).min_trust_horizon or 0)
     out.mkdir(parents=True, exist_ok=True)
     parts = Path(tempfile.mkdtemp(prefix=".gate-parts.", dir=out))
     try:
+        for name in _OUTPUTS:
+            (parts / name).mkdir()
         calls = [
             (index, shard.path, parts, horizons, verdict, domain_horizon, minimum, options, run_id)
             for index, shard, _ in _per_shard(scan)
@@ -717,8 +743,11 @@ def _write(
         for shard in written:
             counts.absorb(shard.counts)
             verified += shard.verified
-        for name, final in finals.items():
-            _join([shard.parts[name] for shard in written], final)
+        staged = {name: parts / name for name in _OUTPUTS}
+        if options.layout == "joined":
+            for name in _OUTPUTS:
+                staged[name] = _join([shard.parts[name] for shard in written], parts, name)
+        finals = _install(staged, out, parts)
     finally:
         shutil.rmtree(parts)
     manifest = Manifest(
@@ -739,6 +768,7 @@ def _write(
         domain_trust_horizon=domain_horizon,
         verdict=verdict,
         counts=counts.counts(),
+        layout=options.layout,
         admitted_path=str(finals["admitted"]),
         quarantined_path=str(finals["quarantined"]),
         decisions_path=str(finals["decisions"]),
@@ -759,7 +789,7 @@ class ShardWritten(BaseModel):
 def write_shard(
     index: int,
     path: Path,
-    parts: Path,
+    staging: Path,
     horizons: dict[str, int],
     verdict: Verdict,
     domain_horizon: int,
@@ -770,8 +800,10 @@ def write_shard(
 ) -> ShardWritten:
     """Pass 3 over one shard: decide each trajectory, write it to this shard's part files.
 
-    *progress* (here, not on a worker) hears ``("write", n)`` every few thousand lines."""
-    files = {name: parts / f"{name}.{index:06d}.jsonl" for name in _OUTPUTS}
+    The parts are ``staging/{admitted,quarantined,decisions}/part-NNNNNN.jsonl``
+    (NNNNNN: the shard's index). *progress* (here, not on a worker) hears
+    ``("write", n)`` every few thousand lines."""
+    files = {name: staging / name / f"part-{index:06d}.jsonl" for name in _OUTPUTS}
     counts = _Tally()
     verified: list[Decision] = []
     counted = _Counted(progress, "write")
@@ -805,21 +837,35 @@ def write_shard(
     return ShardWritten(parts=files, counts=counts.values, verified=verified)
 
 
-def _join(parts: Sequence[Path], final: Path) -> None:
-    """*final* made of *parts* in order (renamed into place once complete)."""
+def _join(parts: Sequence[Path], staging: Path, name: str) -> Path:
+    """``staging/NAME.jsonl`` made of *parts* in order (the one part renamed, when one)."""
+    joined = staging / f"{name}.jsonl"
     if len(parts) == 1:
-        os.replace(parts[0], final)
-        return
-    fd, temp = tempfile.mkstemp(prefix=f".{final.name}.", dir=final.parent)
-    try:
-        with os.fdopen(fd, "wb") as joined:
-            for part in parts:
-                with part.open("rb") as handle:
-                    shutil.copyfileobj(handle, joined, 1 << 20)
-        os.replace(temp, final)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+        os.replace(parts[0], joined)
+        return joined
+    with joined.open("wb") as handle:
+        for part in parts:
+            with part.open("rb") as source:
+                shutil.copyfileobj(source, handle, 1 << 20)
+    return joined
+
+
+def _install(staged: dict[str, Path], out: Path, staging: Path) -> dict[str, Path]:
+    """Rename each staged output into *out*; returns where they now are.
+
+    A previous gate's outputs of the same name in either layout (``NAME.jsonl``
+    or ``NAME/``) and its manifest are first moved into *staging* (removed with
+    it), so *out* holds one layout, and no manifest until the new one is written.
+    """
+    replaced = staging / "replaced"
+    replaced.mkdir()
+    for old in [*output_paths(out), out / "manifest.json"]:
+        if old.exists() or old.is_symlink():
+            os.replace(old, replaced / old.name)
+    finals = {name: out / path.name for name, path in staged.items()}
+    for name, path in staged.items():
+        os.replace(path, finals[name])
+    return finals
 
 
 def _dump(data: dict[str, Any]) -> str:

@@ -325,3 +325,100 @@ def test_the_gate_reports_the_progress_of_each_pass(
         if not phase.startswith("total:"):
             advanced[phase] = advanced.get(phase, 0) + n
     assert advanced == {"scan": 5, "real": 2, "write": 5}
+
+
+# -- the sharded layout: one file per input shard, renamed into place once all are written ------
+
+
+def _shard_folder(tmp_path: Path) -> Path:
+    """Six trajectories in three shards (one in a subfolder) of a folder ``data``."""
+    lines = _dataset(tmp_path, {f"t{i}": (2 if i % 2 else None) for i in range(6)}).read_text()
+    rows = lines.splitlines(keepends=True)
+    data = tmp_path / "data"
+    (data / "more").mkdir(parents=True)
+    for name, part in (("a.jsonl", rows[:3]), ("b.jsonl", rows[3:4]), ("more/c.jsonl", rows[4:])):
+        (data / name).write_text("".join(part))
+    return data
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    """Every file under *out* (relative name: bytes)."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+@pytest.mark.bwrap
+def test_the_sharded_layout_is_the_joined_files_cut_per_shard(
+    tmp_path: Path, db_path: Path, bwrap: None
+) -> None:
+    """Into DATA/out, three times: joined, sharded, joined; nothing of a run is read back."""
+    data = _shard_folder(tmp_path)
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.9\n")
+    out = data / "out"
+    args = ["gate", str(data), "--policy", str(policy), "--all"]
+    args += ["--db", str(db_path), "--run", "g1", "-o", str(out), "--json"]
+    manifests, files = [], []
+    for layout in ("joined", "sharded", "joined"):
+        result = CliRunner().invoke(app, [*args, "--layout", layout])
+        assert result.exit_code == 0, result.output
+        manifests.append(json.loads((out / "manifest.json").read_text()))
+        files.append(_outputs(out))
+    joined, sharded, again = files
+    assert again == {**joined, "manifest.json": again["manifest.json"]}
+    names = ("admitted", "quarantined", "decisions")
+    assert sorted(joined) == sorted([f"{n}.jsonl" for n in names] + ["manifest.json"])
+    parts = [f"part-{i:06d}.jsonl" for i in range(3)]
+    assert sorted(sharded) == sorted([f"{n}/{p}" for n in names for p in parts] + ["manifest.json"])
+    for name in names:
+        cut = b"".join(sharded[f"{name}/{part}"] for part in parts)
+        assert cut == joined[f"{name}.jsonl"] and cut.count(b"\n") > 0
+    counts = [m["counts"] for m in manifests]
+    assert counts[0] == counts[1] == counts[2] and counts[0]["trajectories"] == 6
+    assert [m["layout"] for m in manifests] == ["joined", "sharded", "joined"]
+    assert manifests[1]["admitted_path"] == str(out / "admitted")
+    assert manifests[2]["decisions_path"] == str(out / "decisions.jsonl")
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("layout", ["joined", "sharded"])
+def test_a_shard_failing_in_the_last_pass_leaves_the_previous_outputs(
+    tmp_path: Path, db_path: Path, bwrap: None, layout: str
+) -> None:
+    """A shard that vanishes before pass 3 reads it: no new output, no staging folder left."""
+    from fidelity.dataset_gate import GateOptions, gate_dataset
+    from fidelity.errors import NotFoundError
+    from fidelity.gate import load_policy
+
+    data = _shard_folder(tmp_path)
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.9\n")
+    options = GateOptions(
+        dataset=data,
+        policy_path=policy,
+        output_dir=tmp_path / "out",
+        db=db_path,
+        run_id="g1",
+        sample=2,
+        layout=layout,
+    )
+    earlier = options.model_copy(update={"layout": "joined", "run_id": "g0"})  # other lines
+    gate_dataset(earlier, load_policy(policy))
+    before = _outputs(options.output_dir)
+
+    def vanish(phase: str, n: int) -> None:
+        if phase == "total:write":
+            (data / "more" / "c.jsonl").unlink()
+
+    with pytest.raises(NotFoundError, match=r"c\.jsonl: no such file"):
+        gate_dataset(options, load_policy(policy), vanish)
+    assert _outputs(options.output_dir) == before
+    assert sorted(p.name for p in options.output_dir.iterdir()) == sorted(before)
+
+
+def test_layout_needs_a_dataset_and_a_known_name(tmp_path: Path, db_path: Path) -> None:
+    dataset = _dataset(tmp_path, {"a": None})
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.1\n")
+    base = ["gate", "--policy", str(policy), "--db", str(db_path)]
+    no_dataset = CliRunner().invoke(app, [*base, "--layout", "sharded"])
+    assert no_dataset.exit_code == 2 and "--layout needs a DATASET" in no_dataset.output
+    unknown = CliRunner().invoke(app, [*base, str(dataset), "--layout", "split"])
+    assert unknown.exit_code == 2 and "choose joined or sharded" in unknown.output
+    assert not db_path.exists()

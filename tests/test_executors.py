@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.compare import CompareConfig
 from fidelity.dataset_gate import GateOptions, gate_dataset
-from fidelity.errors import InputFormatError, UsageError
+from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.gate import load_policy
 from fidelity.model import CommandAction, Observation, Step, Trajectory
@@ -251,6 +251,36 @@ def test_a_sharded_gate_on_ray_writes_the_files_of_a_local_gate(
         "manifest.json",
         "quarantined.jsonl",
     ]
+    # the sharded layout into the same folder (the same run: nothing replayed again): each
+    # shard's task writes its own part, the joined files are replaced, concatenated it matches
+    sharded = ray_options.model_copy(update={"layout": "sharded"})
+    split = gate_dataset(sharded, load_policy(sharded.policy_path))
+    parts = [f"part-{i:06d}.jsonl" for i in range(3)]
+    written = {p.relative_to(tmp_path / "ray").as_posix() for p in (tmp_path / "ray").rglob("*")}
+    outputs = ("admitted", "quarantined", "decisions")
+    assert written == {"manifest.json", *outputs, *(f"{n}/{p}" for n in outputs for p in parts)}
+    for name in outputs:
+        cut = b"".join((tmp_path / "ray" / name / part).read_bytes() for part in parts)
+        assert cut == (tmp_path / "local" / f"{name}.jsonl").read_bytes()
+    assert split.counts == local.counts and split.layout == "sharded"
+    # a shard gone before pass 3 reads it: its task fails, nothing new, no staging folder
+    before = _tree(tmp_path / "ray")
+
+    def vanish(phase: str, n: int) -> None:
+        if phase == "total:write":
+            (dataset / "c.jsonl").unlink()
+
+    with pytest.raises(NotFoundError, match=r"c\.jsonl: no such file"):
+        gate_dataset(ray_options, load_policy(ray_options.policy_path), vanish)
+    assert _tree(tmp_path / "ray") == before
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under *folder*, hidden ones too: a file's bytes, None for a folder."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None
+        for p in folder.rglob("*")
+    }
 
 
 @pytest.mark.slow

@@ -99,6 +99,10 @@ class RayExecutor(Executor):
             raise
 
 
+CANCEL_WAIT_SECONDS = 60.0
+"""How long :func:`map_on_cluster` waits for the calls it cancelled after an error."""
+
+
 def map_on_cluster(
     function: Callable[..., T],
     calls: Sequence[tuple[Any, ...]],
@@ -110,7 +114,8 @@ def map_on_cluster(
     For work that is not a trajectory task (the dataset gate's passes over
     shards). *on_result* sees each result as it arrives (any order). A worker
     that dies is retried once by Ray; an error raised by a call is raised here
-    as an instance of its own class, the other calls cancelled. *function* must
+    as an instance of its own class, the other calls cancelled and waited for
+    (so none is still writing files the caller then removes). *function* must
     be importable on every node.
     """
     ray = _connect(address)
@@ -129,6 +134,8 @@ def map_on_cluster(
     except BaseException as exc:
         for ref in refs:
             ray.cancel(ref, force=True)
+        # bounded: a node lost while cancelling must not hang the driver
+        ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)
         if isinstance(exc, ray.exceptions.RayTaskError):
             raise exc.as_instanceof_cause() from None
         raise

@@ -14,7 +14,7 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -45,23 +45,49 @@ class Line:
         return parse_trajectory(self.text, str(self.path), self.number)
 
 
-def shards(source: str | os.PathLike[str]) -> list[Path]:
-    """The shard files of *source*: a file, a folder (its supported files), or a glob."""
+def shards(source: str | os.PathLike[str], exclude: Collection[Path] = ()) -> list[Path]:
+    """The shard files of *source*: a file, a folder (its supported files), or a glob.
+
+    Hidden entries (a name starting with ``.``, at any depth below a folder or a
+    glob's wildcards) are never shards, nor are the files and folders in
+    *exclude* or anything under them (the dataset gate's own outputs).
+    """
     text = str(source)
     path = Path(text)
     if path.is_file():
         return [path]
+    skipped = _Excluded(exclude)
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and _supported(p))
+        found = sorted(p for p in path.rglob("*") if _listed(p, path) and p not in skipped)
         if not found:
             raise NotFoundError(f"{path}: no dataset shards ({', '.join(SUFFIXES)}) in folder")
         return found
     if glob.has_magic(text):
-        found = sorted(Path(p) for p in glob.glob(text, recursive=True) if _supported(Path(p)))
+        matched = (Path(p) for p in glob.glob(text, recursive=True))
+        found = sorted(p for p in matched if _supported(p) and p not in skipped)
         if not found:
             raise NotFoundError(f"{text}: no dataset shards match")
         return found
     raise NotFoundError(f"{path}: no such file")
+
+
+class _Excluded:
+    """Membership in a set of files and folders (and everything under the folders)."""
+
+    def __init__(self, paths: Collection[Path]) -> None:
+        self.resolved = {p.resolve() for p in paths}
+
+    def __contains__(self, path: object) -> bool:
+        if not self.resolved or not isinstance(path, Path):
+            return False
+        found = path.resolve()
+        return any(p in self.resolved for p in (found, *found.parents))
+
+
+def _listed(path: Path, folder: Path) -> bool:
+    """Whether *path*, found in *folder*, is a shard: a supported file, nothing hidden on the way."""
+    hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
+    return not hidden and path.is_file() and _supported(path)
 
 
 def lines(source: str | os.PathLike[str]) -> Iterator[Line]:

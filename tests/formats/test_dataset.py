@@ -112,3 +112,33 @@ def test_the_scan_samples_the_same_positions_however_the_data_is_sharded(tmp_pat
     one, many = scan_dataset(whole, 7, 3), scan_dataset(parts, 7, 3)
     assert one.chosen == many.chosen and len(one.chosen) == 7
     assert (one.trajectories, one.domain, one.modes) == (40, "terminal", ["open-loop"])
+
+
+def test_hidden_entries_and_excluded_paths_are_not_shards(tmp_path: Path) -> None:
+    """A gate's staging folder (hidden) and its outputs (excluded) inside the dataset folder."""
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "out" / "admitted").mkdir(parents=True)
+    (data / ".gate-parts.x").mkdir()
+    for name in (
+        "a.jsonl",
+        "sub/b.jsonl",
+        ".c.jsonl",
+        ".gate-parts.x/d.jsonl",
+        "out/admitted.jsonl",
+        "out/admitted/part-000000.jsonl",
+        "out/other.jsonl",
+    ):
+        (data / name).write_text(_text(range(1)))
+    everything = [p.relative_to(data).as_posix() for p in shards(data)]
+    assert everything == [
+        "a.jsonl",
+        "out/admitted/part-000000.jsonl",
+        "out/admitted.jsonl",
+        "out/other.jsonl",
+        "sub/b.jsonl",
+    ]
+    excluded = [data / "out" / "admitted.jsonl", data / "out" / "admitted"]
+    kept = [p.relative_to(data).as_posix() for p in shards(data, excluded)]
+    assert kept == ["a.jsonl", "out/other.jsonl", "sub/b.jsonl"]
+    assert [p.name for p in shards(str(data / "out" / "*.jsonl"), excluded)] == ["other.jsonl"]
