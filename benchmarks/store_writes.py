@@ -6,7 +6,7 @@ comparisons) and writes them, in the same run, three ways into fresh files:
 - **fidelity**: what audits and gates do, ``RecordBuffer.add`` per record: one
   transaction per batch, one bulk insert per table from NumPy columns, named
   columns; a batch is built and inserted on the caller's thread, then committed
-  (write-ahead log, checkpoints) on a writer thread while the next one is built;
+  (a checkpoint writing the rows, compressed, into the file) on a writer thread while the next one is built;
 - **serial**: the same buffer with ``background=False`` (build, insert and
   commit on one thread, in turn: the path before the writer thread);
 - **naive**: per trajectory, a transaction that deletes its old rows and

@@ -53,10 +53,20 @@ from fidelity.processes import alive
 
 DEFAULT_DB = "fidelity.duckdb"
 
-CHECKPOINT_THRESHOLD = "64MB"
-"""Write-ahead log size at which a writer folds it into the database file (DuckDB's default,
-16 MB, checkpoints bulk writes every few batches, each time recompressing the table's
-last, growing row group; 64 MB holds at most that much of uncompressed rows in memory)."""
+CHECKPOINT_THRESHOLD = "1MB"
+"""Write-ahead log size at which a writer folds it into the database file. Small, so that a
+bulk write (a batch of thousands of steps, tens of MB) checkpoints at its commit: DuckDB then
+writes its rows once, compressed, into the file instead of first into the log (a commit
+whose log would pass ``auto_checkpoint_skip_wal_threshold`` skips it); small writes (a run
+started, a few judgments) still gather in the log. See :data:`ROW_GROUP_SIZE`."""
+
+ROW_GROUP_SIZE = 10_240
+"""Rows per row group in a writable store (DuckDB's default is 122,880). A checkpoint
+recompresses the table's last, partly filled row group; with a checkpoint at every bulk
+commit, default-sized groups would be compressed again and again as batches of 10,000 to
+20,000 rows fill them. Groups the size of a batch are written about once
+(``benchmarks/store_writes.py``: about 40% less wall time than a 64 MB log threshold with
+default groups, for a file about a fifth larger)."""
 
 WRITER_THREADS = 1
 """DuckDB threads of a writable store. A bulk insert scans the rows' Python strings, which
@@ -352,8 +362,8 @@ class RecordBuffer:
 
     A full batch's rows are built and inserted (in a transaction left open, see
     :meth:`Store.stage_rows`) on the caller's thread, once the previous batch is
-    committed; a writer thread then commits it (the write-ahead log, and the
-    checkpoint that compresses the texts: DuckDB holds no GIL there) while the
+    committed; a writer thread then commits it (a checkpoint that writes the rows into the
+    file, compressed: DuckDB holds no GIL there, see CHECKPOINT_THRESHOLD) while the
     caller goes on with the next batch. The insert stays on the caller's thread
     because DuckDB's scan of Python strings takes the GIL, which a busy caller would
     hold for whole switch intervals. ``background=False`` commits on the caller's
@@ -532,10 +542,15 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_DB, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         if read_only and not self.path.exists():
             raise NotFoundError(f"{self.path}: no such database (run `fidelity audit` first)")
         try:
-            self.connection = duckdb.connect(str(self.path), read_only=read_only)
+            self.connection = (
+                duckdb.connect(str(self.path), read_only=True)
+                if read_only
+                else _attached(self.path)
+            )
         except duckdb.Error as exc:
             if "not a valid DuckDB database file" in str(exc):
                 raise NotADatabaseError(
@@ -546,8 +561,6 @@ class Store:
         self._buffers: list[RecordBuffer] = []
         if not read_only:
             with self._writing("create the schema in"):
-                self.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
-                self.connection.execute(f"SET threads = {WRITER_THREADS}")
                 self._migrate()
 
     def __enter__(self) -> Store:
@@ -597,6 +610,14 @@ class Store:
             "SELECT value FROM meta WHERE key = 'schema_version'"
         ).fetchone()
         return int(row[0]) if row is not None else None
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of its own to this store (for a transaction or a long read beside
+        others), reading and writing the store's tables by their plain names."""
+        cursor = self.connection.cursor()
+        if not self.read_only:
+            cursor.execute(f"USE {_CATALOG}")
+        return cursor
 
     @contextmanager
     def _writing(self, what: str) -> Iterator[None]:
@@ -844,7 +865,7 @@ class Store:
         before) in a new transaction on a cursor of its own, and return that cursor with the
         transaction still open: :meth:`commit_rows` ends it, from any thread. On an error
         nothing is kept (closing the cursor rolls the transaction back)."""
-        cursor = self.connection.cursor()
+        cursor = self.cursor()
         try:
             with self._writing("write to"):
                 cursor.begin()
@@ -1152,6 +1173,26 @@ def _sorted_json(data: Any) -> str:
     if _C_SORTED_JSON is not None and isinstance(data, dict):
         return "".join(_C_SORTED_JSON(data, 0))
     return _SORTED_JSON(data)
+
+
+_CATALOG = "fidelity"
+"""The name a writable store's file is attached under (see :func:`_attached`)."""
+
+
+def _attached(path: Path) -> duckdb.DuckDBPyConnection:
+    """A writable connection to the store file at *path*: an in-memory database with the
+    file attached (the only way to give its new row groups :data:`ROW_GROUP_SIZE`) and
+    used, so the tables keep their plain names; the writer's settings applied."""
+    connection = duckdb.connect(config={"threads": WRITER_THREADS})
+    try:
+        quoted = str(path).replace("'", "''")
+        connection.execute(f"ATTACH '{quoted}' AS {_CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+        connection.execute(f"USE {_CATALOG}")
+        connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
 
 
 def _now() -> datetime:

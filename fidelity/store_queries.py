@@ -185,7 +185,7 @@ def grouped(
     store: Store, name: str, run_id: str
 ) -> Iterator[tuple[tuple[str, str, Any], list[tuple[Any, ...]]]]:
     """Rows of query *name* (ordered by its first three columns) grouped by them, in batches."""
-    cursor = store.connection.cursor()
+    cursor = store.cursor()
     try:
         cursor.execute(QUERIES[name], [run_id])
         current: tuple[str, str, Any] | None = None
