@@ -16,8 +16,10 @@ fails, is stored as a judge failure for that step (``error``), never as a score.
 The judge runs as trajectory tasks (:mod:`fidelity.task`) like every other
 command: one task per stored trajectory (its real history as the trajectory's
 observations, its compared steps as ``stored`` variants, the judge config), on
-the local executor or Ray (``--executor ray``); each record's judgments are
-stored as it comes back. A rerun by the same judge resumes: a step holding a
+the local executor or Ray (``--executor ray``). Locally each judgment is
+stored as it is answered (in batches, and at the end: a Ctrl-C keeps every
+answered one); a Ray worker hands its trajectory's judgments back in its
+record, stored as it comes back. A rerun by the same judge resumes: a step holding a
 valid judgment of this judge (same :meth:`JudgeConfig.describe`) is kept and
 not asked again; judge failures are asked again.
 
@@ -244,10 +246,11 @@ def judge_run(
     """Judge the compared steps of *run_id* (default: the latest run) and store the judgments.
 
     One trajectory task per stored trajectory runs on *executor* (default: local
-    threads, ``config.concurrency`` requests at once); each record's judgments
-    are written as it comes back (every few dozen steps and at the end, Ctrl-C
-    and errors included), so an interrupted judge keeps what it got, and a
-    rerun asks only for the steps without a valid judgment of this judge.
+    threads, ``config.concurrency`` requests at once); judgments are written as
+    they come in (each one as it is answered locally, each record's as it comes
+    back from Ray; every few dozen steps and at the end, Ctrl-C and errors
+    included), so an interrupted judge keeps what it got, and a rerun asks
+    only for the steps without a valid judgment of this judge.
     Raises :class:`~fidelity.errors.EndpointUnreachableError` when the judge
     endpoint refuses connections, :class:`~fidelity.errors.UsageError` when it
     does not serve ``config.model`` or the judge prompts are missing,
@@ -430,7 +433,12 @@ async def _judge_tasks(
     executor_config: ExecutorConfig,
     progress: Progress | None,
 ) -> list[JudgmentRecord]:
-    """Run the judging *tasks* on the executor, writing judgments to *store* as they come in."""
+    """Run the judging *tasks* on the executor, writing judgments to *store* as they come in.
+
+    Each judgment comes once: one by one as it is answered (the local executor),
+    or in its trajectory's record (Ray workers). Both ways it is written in
+    batches of :data:`_FLUSH_EVERY` and, Ctrl-C and errors included, at the end.
+    """
     from fidelity.executors import get_executor
 
     report = progress or (lambda phase, n: None)
@@ -446,20 +454,22 @@ async def _judge_tasks(
     done: list[JudgmentRecord] = []
     pending: list[JudgmentRecord] = []
 
-    def keep(record: TrajectoryRecord) -> None:
-        from fidelity.task import JudgedRecord
-
-        # a worker lost twice comes back as a plain failed record: its steps stay unjudged
-        judged = record.judgments if isinstance(record, JudgedRecord) else []
+    def add(judged: Sequence[JudgmentRecord]) -> None:
         done.extend(judged)
         pending.extend(judged)
         if len(pending) >= _FLUSH_EVERY:
             store.write_judgments(run_id, config.describe(), pending)
             pending.clear()
 
+    def keep(record: TrajectoryRecord) -> None:
+        from fidelity.task import JudgedRecord
+
+        # a worker lost twice comes back as a plain failed record: its steps stay unjudged
+        add(record.judgments if isinstance(record, JudgedRecord) else [])
+
     executor = get_executor(executor_config, report)
     try:
-        await executor.run(tasks, None, keep)
+        await executor.run(tasks, None, keep, on_judgment=lambda judgment: add([judgment]))
     finally:
         executor.close()
         store.write_judgments(run_id, config.describe(), pending)

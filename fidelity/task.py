@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +44,11 @@ from fidelity.store import JudgmentRecord, SimVariant, TimedObservation, Traject
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import WorldModelConfig
 from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
+
+if TYPE_CHECKING:
+    from fidelity.executors.base import JudgmentCallback
+
+T = TypeVar("T")
 
 RECORDED_MODE = "recorded"
 """The mode stored for a dataset's own observations whose ``meta.mode`` says nothing."""
@@ -70,7 +76,8 @@ class StoredVariant(BaseModel):
 
 @dataclass
 class JudgedRecord(TrajectoryRecord):
-    """The record of a judging task: the judge's verdict on each of its stored steps."""
+    """The record of a judging task: the judge's verdict on each of its stored steps
+    (none where the runner handed each one over as it was answered: ``on_judgment``)."""
 
     judgments: list[JudgmentRecord] = field(default_factory=list)
 
@@ -116,14 +123,23 @@ Progress = pipeline.ProgressCallback
 
 
 class TaskRunner:
-    """Runs tasks in this process: sandboxes in a thread pool, predictions on the event loop."""
+    """Runs tasks in this process: sandboxes in a thread pool, predictions on the event loop.
+
+    *on_judgment* (optional) gets each judgment on this event loop as soon as it
+    is answered; the records of judging tasks then carry none (see :meth:`run`).
+    """
 
     def __init__(
-        self, threads: int, sim_concurrency: int = 16, progress: Progress | None = None
+        self,
+        threads: int,
+        sim_concurrency: int = 16,
+        progress: Progress | None = None,
+        on_judgment: JudgmentCallback | None = None,
     ) -> None:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="sandbox")
         self.limiter = asyncio.Semaphore(sim_concurrency)
         self.progress: Progress = progress or (lambda phase, n: None)
+        self.on_judgment = on_judgment
         self.judges: dict[JudgeConfig, OpenAICompatWorldModel] = {}
 
     def close(self) -> None:
@@ -161,6 +177,10 @@ class TaskRunner:
 
         *replayed*: its real side when already known (the retrieval baseline
         replays everything before it can predict anything).
+
+        A judging task's judgments are handed over once: to ``on_judgment`` as
+        each is answered when it is set (the record's list is then empty, so
+        nothing is stored twice), else in the record.
         """
         trajectory = task.trajectory
         if replayed is not None:
@@ -191,13 +211,16 @@ class TaskRunner:
         record = _record(trajectory, real, real_seconds, sim_seconds, variants)
         if task.judge is None:
             return record
-        return JudgedRecord(**vars(record), judgments=await self.judged(task))
+        judgments = await self.judged(task)
+        return JudgedRecord(**vars(record), judgments=[] if self.on_judgment else judgments)
 
     async def judged(self, task: TrajectoryTask) -> list[JudgmentRecord]:
         """The judge's verdict on every stored step of *task* (none without a judge).
 
         Requests share the runner's limiter (at most ``sim_concurrency`` in flight);
         each step's requests are queued in order, so one at a time asks step by step.
+        Each verdict goes to ``on_judgment`` (when set) the moment it is answered, so
+        a Ctrl-C or an error in another step loses none of those already answered.
         """
         if task.judge is None:
             return []
@@ -209,10 +232,12 @@ class TaskRunner:
         async def one(step: judging.StepToJudge) -> JudgmentRecord:
             async with self.limiter:
                 record = await judging.judge_step(client, step, config)
+            if self.on_judgment is not None:
+                self.on_judgment(record)
             self.progress("judge", 1)
             return record
 
-        return list(await asyncio.gather(*map(one, judging.task_steps(task))))
+        return await gather_or_cancel(map(one, judging.task_steps(task)))
 
     async def simulate(
         self,
@@ -240,6 +265,20 @@ class TaskRunner:
             for (mode, sample), sim in zip(task.variants, predicted, strict=True)
         ]
         return draws, time.perf_counter() - started
+
+
+async def gather_or_cancel(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """The results of *awaitables* run concurrently, in order; when one raises, the others
+    are cancelled and awaited before the error goes on (``asyncio.gather`` leaves them
+    running, and their late results would reach callbacks after the caller's cleanup)."""
+    tasks = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for pending in tasks:
+            pending.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def compared(

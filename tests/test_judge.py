@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
@@ -263,6 +266,72 @@ def test_a_rerun_resumes_asking_only_for_steps_without_a_valid_judgment(
     # another judge (another temperature) judges every step again
     other = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, cache=None, temperature=0))
     assert (other.resumed, len(fake_llm.requests)) == (0, 9)
+
+
+def store_one_trajectory(db: Path, *commands: str) -> None:
+    """A run holding one trajectory "t1" with a compared step per command."""
+    with Store(db) as store:
+        store.start_run("r1", INFO)
+        n = len(commands)
+        real = [TimedObservation(Observation(text="notes.txt\n", exit_code=0))] * n
+        sim = [TimedObservation(Observation(text="other\n", exit_code=0))] * n
+        comparisons = [StepComparison(score=0.5, drift=True)] * n
+        trajectory = command_trajectory("t1", *commands)
+        record = TrajectoryRecord(trajectory, real, sim, comparisons, "teacher-forced", 0.1, 0.1)
+        store.write_trajectory("r1", record)
+        store.finish_run("r1", "done")
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "error"])
+def test_a_stopped_judge_keeps_every_answered_step_of_an_unfinished_trajectory(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path, stop: str
+) -> None:
+    """Two of t1's three steps are answered, the third blocks (or the driver fails after
+    the second): those two are stored although t1's record never comes back."""
+    store_one_trajectory(db_path, "ls", "cat notes.txt", "pwd")
+    fake_llm.script(Reply.text(answer(5)), Reply.text(answer(4)), Reply.hang())
+    answered: list[str] = []
+
+    def progress(phase: str, n: int) -> None:
+        answered.extend([phase] * n if phase == "judge" else [])
+        if stop == "error" and len(answered) == 2:
+            raise RuntimeError("the driver fails")
+
+    if stop == "ctrl-c":  # Ctrl-C comes as the third request hangs (sent by the server)
+        fake_llm.on_hang = lambda: os.kill(os.getpid(), signal.SIGINT)
+    judge = config(fake_llm.url, tmp_path, cache=None)  # nothing kept but the store
+    with pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else RuntimeError):
+        judge_run(db_path, "r1", judge, progress)
+    assert [row[:2] + row[3:] for row in judgments(db_path)] == [
+        ("t1", 1, 100.0, None),
+        ("t1", 2, 75.0, None),
+    ]
+    asked = len(fake_llm.requests)
+    fake_llm.script(Reply.text(answer(3)))
+    again = judge_run(db_path, "r1", judge)
+    assert (again.steps, again.judged, again.resumed, again.failed) == (3, 3, 2, 0)
+    assert len(fake_llm.requests) == asked + 1  # only the step left unanswered is asked
+    assert [row[3] for row in judgments(db_path)] == [100.0, 75.0, 50.0]
+
+
+def test_each_judgment_is_written_once(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Handed over as answered, a judgment is not written again with its trajectory's record."""
+    written: list[tuple[str, int]] = []
+    write = Store.write_judgments
+
+    def counted(
+        store: Store, run_id: str, judge: dict[str, str], records: Sequence[JudgmentRecord]
+    ) -> None:
+        written.extend((r.trajectory_id, r.depth) for r in records)
+        write(store, run_id, judge, records)
+
+    monkeypatch.setattr(Store, "write_judgments", counted)
+    store_run(db_path)
+    fake_llm.script(*(Reply.text(answer(level)) for level in (5, 4, 3, 1)))
+    assert judge_run(db_path, "r1", config(fake_llm.url, tmp_path)).judged == 4
+    assert sorted(written) == [("t1", 1), ("t1", 2), ("t2", 1), ("t2", 2)]
 
 
 def test_judge_tasks_are_plain_data_one_per_trajectory(db_path: Path, tmp_path: Path) -> None:

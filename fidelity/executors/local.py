@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from fidelity.executors.base import Executor, RecordCallback
-from fidelity.task import Progress, TaskRunner, TrajectoryTask
+from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback
+from fidelity.task import Progress, TaskRunner, TrajectoryTask, gather_or_cancel
 
 if TYPE_CHECKING:
     from fidelity.pipeline import Replayed
@@ -30,9 +29,15 @@ class LocalExecutor(Executor):
         model: WorldModel | None,
         on_record: RecordCallback,
         replayed: Mapping[str, Replayed] | None = None,
+        *,
+        on_judgment: JudgmentCallback | None = None,
     ) -> None:
-        """Run every task concurrently; records are handed over as each one finishes."""
-        runner = TaskRunner(self.threads, self.sim_concurrency, self.progress)
+        """Run every task concurrently; records are handed over as each one finishes,
+        judgments (with *on_judgment*) as each one is answered, on this event loop.
+
+        When one task raises, the others are cancelled before the error goes on.
+        """
+        runner = TaskRunner(self.threads, self.sim_concurrency, self.progress, on_judgment)
         known = replayed or {}
 
         async def one(task: TrajectoryTask) -> None:
@@ -40,6 +45,6 @@ class LocalExecutor(Executor):
             runner.progress("compare", 1)
 
         try:
-            await asyncio.gather(*map(one, tasks))
+            await gather_or_cancel(map(one, tasks))
         finally:
             await runner.aclose()

@@ -7,6 +7,13 @@ locally. Every task asks for one CPU, so each node runs as many at once as it
 has CPUs. A worker that dies (the node is lost, the process is killed) is
 retried once by Ray; a task that still fails is recorded as an infrastructure
 failure of its trajectory (every step failed), which a resumed run redoes.
+A judging task on a worker hands its judgments back in its record, all at
+once (streaming each step from a worker would need an actor or queue on the
+cluster): a Ctrl-C keeps the judgments of trajectories already handed back,
+and loses those already answered for trajectories still running (their
+workers are cancelled; workers have no response cache), which a rerun asks
+again. Tasks run here (a known real side) hand each judgment over as it is
+answered, as the local executor does.
 Every node needs fidelity installed, with the same version as the driver.
 """
 
@@ -18,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fidelity.errors import UsageError
-from fidelity.executors.base import Executor, RecordCallback
+from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback
 from fidelity.task import Progress, TaskRunner, TrajectoryTask
 
 if TYPE_CHECKING:
@@ -51,17 +58,20 @@ class RayExecutor(Executor):
         model: WorldModel | None,
         on_record: RecordCallback,
         replayed: Mapping[str, Replayed] | None = None,
+        *,
+        on_judgment: JudgmentCallback | None = None,
     ) -> None:
         """Run every task on the cluster; *model* stays on the driver (workers build their own).
 
         Tasks with a known real side (*replayed*) only simulate and compare:
-        they run here, with *model*.
+        they run here, with *model*, handing judgments to *on_judgment* one by
+        one; the cluster's records carry their judgments (see the module's note).
         """
         known = replayed or {}
         local = [t for t in tasks if t.trajectory.id in known]
         remote = [t for t in tasks if t.trajectory.id not in known]
         if local:
-            runner = TaskRunner(1, self.sim_concurrency, self.progress)
+            runner = TaskRunner(1, self.sim_concurrency, self.progress, on_judgment)
             try:
                 for task in local:
                     on_record(await runner.run(task, model, known[task.trajectory.id]))

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -111,6 +112,7 @@ class FakeLLM:
         self.server: ThreadingHTTPServer | None = None
         self.released = threading.Event()
         self.models_reply: Reply | None = None  # "drip": GET /v1/models drips, never ends
+        self.on_hang: Callable[[], None] | None = None  # called as a "hang" reply starts
 
     def release(self) -> None:
         """End every hanging and dripping answer (call before shutting the server down)."""
@@ -227,6 +229,8 @@ def make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 self._send(reply.status, json.dumps(error).encode(), reply.headers)
                 return
             if reply.kind == "hang":
+                if fake.on_hang is not None:
+                    fake.on_hang()
                 fake.released.wait()
                 return
             if reply.kind == "drip":
