@@ -1,12 +1,13 @@
 """Ray against local threads on the same suite: identical results, overhead per trajectory.
 
 Audits the bundled terminal suite (real bubblewrap replays, the copy baseline)
-three times in the same run: twice with the local thread executor, and with
+four times in the same run: twice with the local thread executor, and with
 ``--executor ray`` on a real local Ray cluster (a head and a second raylet
-on loopback, one CPU each, small object stores). Prints the wall times, the
-overhead per trajectory, and which trajectories' stored comparisons differ from
-the first local run, for a second local run (the suite's own nondeterminism)
-and for the Ray run.
+on loopback, one CPU each, small object stores), records coming back to the
+driver and ``--ray-results parquet`` (workers write Parquet shards that the
+driver's DuckDB merges). Prints the wall times, the overhead per trajectory,
+and which trajectories' stored comparisons differ from the first local run,
+for a second local run (the suite's own nondeterminism) and for each Ray run.
 
     python benchmarks/ray_executor.py [--limit N]
 """
@@ -64,25 +65,38 @@ def main() -> None:
                 ("local", {}),
                 ("local2", {}),
                 ("ray", {"executor": "ray", "ray_address": cluster.address}),
+                (
+                    "ray-parquet",
+                    {
+                        "executor": "ray",
+                        "ray_address": cluster.address,
+                        "ray_results": "parquet",
+                    },
+                ),
             ):
                 started = time.perf_counter()
                 result = run_audit(AuditConfig(db=root / f"{way}.duckdb", **common, **extra))
                 times[way] = time.perf_counter() - started
                 audited = result.audited
                 print(
-                    f"{way:>6}: {result.audited} trajectories in {times[way]:6.1f} s "
+                    f"{way:>11}: {result.audited} trajectories in {times[way]:6.1f} s "
                     f"({times[way] / result.audited:5.2f} s each), "
                     f"{len(result.failed_trajectories)} failed"
                 )
-            local, again, remote = (
-                compared(root / f"{w}.duckdb") for w in ("local", "local2", "ray")
+            local, again, remote, sharded = (
+                compared(root / f"{w}.duckdb") for w in ("local", "local2", "ray", "ray-parquet")
             )
-            overhead = (times["ray"] - times["local"]) / max(1, audited)
-            print(
-                f"ray/local wall ratio {times['ray'] / times['local']:.2f}, overhead "
-                f"{overhead:+.2f} s per trajectory (2 workers each)"
-            )
-            for name, other in (("local again", again), ("ray", remote)):
+            for way in ("ray", "ray-parquet"):
+                overhead = (times[way] - times["local"]) / max(1, audited)
+                print(
+                    f"{way}/local wall ratio {times[way] / times['local']:.2f}, overhead "
+                    f"{overhead:+.2f} s per trajectory (2 workers each)"
+                )
+            for name, other in (
+                ("local again", again),
+                ("ray", remote),
+                ("ray-parquet", sharded),
+            ):
                 differing = sorted({a[0] for a, b in zip(local, other, strict=False) if a != b})
                 print(
                     f"comparisons local vs {name}: {len(local)} vs {len(other)} rows, "

@@ -22,7 +22,7 @@ from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import TRUNCATE_AT
 from fidelity.errors import Interrupted, StoreError, UsageError
-from fidelity.executors import ExecutorConfig, LocalExecutor, get_executor
+from fidelity.executors import ExecutorConfig, LocalExecutor, ShardSink, get_executor
 from fidelity.gate import Verdict, evaluate, horizon_limit, load_policy
 from fidelity.model import Domain, Observation, Trajectory, stable_hash
 from fidelity.pipeline import SimConfig
@@ -31,6 +31,7 @@ from fidelity.sandboxes import backend_for, sandbox_config, sweep_all
 from fidelity.sandboxes.base import close_all
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.store import DEFAULT_DB, RecordBuffer, ReplayedRecord, Store, TrajectoryRecord
+from fidelity.store_shards import ShardReceipt, merge_left_over
 from fidelity.task import TrajectoryTask
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import needs_real_corpus
@@ -75,6 +76,13 @@ class AuditConfig(BaseModel):
         default="local", description="where trajectory tasks run: local threads or Ray"
     )
     ray_address: str | None = Field(default=None, description="ray: the cluster to join")
+    ray_results: Literal["driver", "parquet"] = Field(
+        default="driver",
+        description="ray: records come back to the driver, or workers write Parquet shards",
+    )
+    ray_results_dir: Path | None = Field(
+        default=None, description="ray parquet: shards' folder (default: <db>.parts)"
+    )
 
     @property
     def executor_config(self) -> ExecutorConfig:
@@ -84,6 +92,8 @@ class AuditConfig(BaseModel):
             threads=self.concurrency,
             sim_concurrency=self.sim.concurrency,
             ray_address=self.ray_address,
+            results=self.ray_results,
+            results_dir=self.ray_results_dir,
         )
 
     @property
@@ -235,6 +245,9 @@ async def _run(
     sweep_all()  # every backend's leftovers of killed audits (SIGKILL skips every finally)
     with Store(config.db) as store:
         resumed = store.start_run(run_id, _run_info(config, suite_path, trajectories, description))
+        shards = config.executor_config.shard_folder(config.db, run_id)
+        if shards is not None:  # what an interrupted attempt's workers finished is kept
+            merge_left_over(store, run_id, shards)
         done = store.done_trajectories(run_id)
         pending = [t for t in trajectories if t.id not in done]
         progress("total", len(pending))
@@ -312,6 +325,12 @@ async def _audit(
         if record.error:
             failed.append(record.trajectory.id)
 
+    def merge(receipt: ShardReceipt) -> None:
+        buffer.merge(receipt)
+        failed.extend(receipt.failed)
+
+    folder = config.executor_config.shard_folder(config.db, run_id)
+    shards = None if folder is None else ShardSink(folder, merge)
     executor = get_executor(config.executor_config, progress)
     try:
         if model is None and tasks:
@@ -343,9 +362,11 @@ async def _audit(
                 with_start, model, store_record, reals
             )
         elif model is not None:
-            await executor.run(tasks, model, store_record)
+            await executor.run(tasks, model, store_record, shards=shards)
     finally:
         buffer.flush()  # every finished record is kept, interrupted or not
+        if folder is not None:  # shards whose receipt never came (interrupted, or retried)
+            merge_left_over(store, run_id, folder)
         executor.close()
         if model is not None:
             await model.aclose()

@@ -140,6 +140,22 @@ RayAddressOption = Annotated[
     str | None,
     typer.Option("--ray-address", help="--executor ray: the cluster to join (default: start one)."),
 ]
+RayResultsOption = Annotated[
+    str,
+    typer.Option(
+        "--ray-results",
+        help="--executor ray: records come back to this process (driver), or workers write "
+        "Parquet shards that DuckDB merges here (parquet: very large runs).",
+    ),
+]
+RayResultsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ray-results-dir",
+        help="--ray-results parquet: where shards go, a folder every node sees at the same "
+        "path (default: DB.parts next to the database).",
+    ),
+]
 SimUrl = Annotated[
     str | None,
     typer.Option(
@@ -343,6 +359,19 @@ def _executor(value: str, ray_address: str | None) -> Any:
     return value
 
 
+def _ray_results(executor: str, results: str, results_dir: Path | None) -> dict[str, Any]:
+    """``--ray-results driver|parquet`` and ``--ray-results-dir``: only with ray (and parquet)."""
+    from fidelity.errors import UsageError
+
+    if results not in ("driver", "parquet"):
+        raise UsageError(f"--ray-results {results!r}: choose driver or parquet")
+    if results != "driver" and executor != "ray":
+        raise UsageError("--ray-results needs --executor ray")
+    if results_dir is not None and results != "parquet":
+        raise UsageError("--ray-results-dir needs --ray-results parquet")
+    return {"ray_results": results, "ray_results_dir": results_dir}
+
+
 def _modes(value: str) -> Any:
     """``--mode``: one mode, or both (``both``)."""
     from fidelity.worldmodels.base import Mode
@@ -426,6 +455,8 @@ def audit(
     compare_config: CompareConfigOption = None,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    ray_results: RayResultsOption = "driver",
+    ray_results_dir: RayResultsDirOption = None,
 ) -> None:
     """Replay a suite for real and through the world model, compare, store, report."""
     from fidelity.audit import AuditConfig, new_run_id, run_audit
@@ -461,6 +492,7 @@ def audit(
         observation_cap=observation_cap,
         executor=_executor(executor, ray_address),
         ray_address=ray_address,
+        **_ray_results(executor, ray_results, ray_results_dir),
         **({"concurrency": concurrency} if concurrency else {}),
     )
     with (
@@ -734,6 +766,8 @@ def gate(
             "of one file per input shard (no join on the driver).",
         ),
     ] = None,
+    ray_results: RayResultsOption = "driver",
+    ray_results_dir: RayResultsDirOption = None,
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -771,6 +805,7 @@ def gate(
                     "executor": _executor(executor, ray_address),
                     "ray_address": ray_address,
                     "layout": _layout(layout),
+                    **_ray_results(executor, ray_results, ray_results_dir),
                 },
                 progress,
             )

@@ -55,7 +55,7 @@ from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
 from fidelity.audit import code_version, new_run_id
 from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, UsageError
-from fidelity.executors import ExecutorConfig, get_executor
+from fidelity.executors import ExecutorConfig, ShardSink, get_executor
 from fidelity.executors.ray import map_on_cluster
 from fidelity.formats.dataset import shard_lines
 from fidelity.formats.dataset import shards as dataset_shards
@@ -65,6 +65,7 @@ from fidelity.model import Trajectory
 from fidelity.sandboxes import backend_for, sandbox_config
 from fidelity.sandboxes.base import close_all
 from fidelity.store import RecordBuffer, Store
+from fidelity.store_shards import merge_left_over
 from fidelity.task import TrajectoryTask, recorded_mode
 
 DEFAULT_SAMPLE = 200
@@ -101,6 +102,19 @@ class GateOptions(BaseModel):
         description="joined: admitted.jsonl etc.; sharded: folders admitted/ etc., "
         "one part-NNNNNN.jsonl per input shard",
     )
+    ray_results: Literal["driver", "parquet"] = "driver"
+    ray_results_dir: Path | None = None
+
+    @property
+    def executor_config(self) -> ExecutorConfig:
+        """The executor the sample's replays run on."""
+        return ExecutorConfig(
+            type=self.executor,
+            threads=self.concurrency,
+            ray_address=self.ray_address,
+            results=self.ray_results,
+            results_dir=self.ray_results_dir,
+        )
 
 
 class Decision(BaseModel):
@@ -589,6 +603,9 @@ def _verify(
     progress: pipeline.ProgressCallback,
 ) -> None:
     """Replay *trajectories* for real, compare with their recorded observations, store."""
+    folder = options.executor_config.shard_folder(options.db, run_id)
+    if folder is not None:  # what an interrupted attempt's workers finished is kept
+        merge_left_over(store, run_id, folder)
     done = store.done_trajectories(run_id)
     sandbox = sandbox_config(domain, options.sandbox, {}, run_id)
     tasks = [
@@ -609,21 +626,19 @@ def _verify(
         if phase == "real":
             progress("real", n)
 
-    executor = get_executor(
-        ExecutorConfig(
-            type=options.executor, threads=options.concurrency, ray_address=options.ray_address
-        ),
-        replayed,
-    )
+    executor = get_executor(options.executor_config, replayed)
     buffer = RecordBuffer(store, run_id)
+    shards = None if folder is None else ShardSink(folder, buffer.merge)
     try:
-        asyncio.run(executor.run(tasks, None, buffer.add))
+        asyncio.run(executor.run(tasks, None, buffer.add, shards=shards))
     except BaseException:
         close_all()
         raise
     finally:
         buffer.flush()
         executor.close()
+        if folder is not None:  # shards whose receipt never came (interrupted, or retried)
+            merge_left_over(store, run_id, folder)
 
 
 def _decide(

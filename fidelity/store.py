@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -40,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy
@@ -50,6 +51,9 @@ from fidelity.compare.base import StepComparison
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.model import Action, Observation, Trajectory
 from fidelity.processes import alive
+
+if TYPE_CHECKING:
+    from fidelity.store_shards import ShardReceipt
 
 DEFAULT_DB = "fidelity.duckdb"
 
@@ -358,7 +362,8 @@ class RecordBuffer:
     bulk (a write costs a few milliseconds whatever its size, so batches of
     thousands of steps amortise it; the step bound keeps a batch of long
     trajectories small in memory). A killed process loses at most the unflushed
-    batch, which a resumed run redoes.
+    batch, which a resumed run redoes. Parquet shards that Ray workers wrote
+    (:meth:`merge`) are queued and merged the same way, counted by trajectory.
 
     A full batch's rows are built and inserted (in a transaction left open, see
     :meth:`Store.stage_rows`) on the caller's thread, once the previous batch is
@@ -391,6 +396,7 @@ class RecordBuffer:
         self.steps = steps
         self.pending: list[TrajectoryRecord] = []
         self.pending_steps = 0
+        self.receipts: list[ShardReceipt] = []
         self.written = 0
         """Records stored (their write committed)."""
         self._last = time.monotonic()
@@ -407,8 +413,19 @@ class RecordBuffer:
         """Queue *record*; hands the batch over to be written when it is full or old enough."""
         self.pending.append(record)
         self.pending_steps += len(record.trajectory.steps)
+        self._hand_over_when_due()
+
+    def merge(self, receipt: ShardReceipt) -> None:
+        """Queue the Parquet shard of *receipt* (rows a Ray worker wrote, see
+        :mod:`fidelity.store_shards`); shards are merged a batch at a time, in one
+        transaction each (:meth:`Store.merge_shards`), as records are written."""
+        self.receipts.append(receipt)
+        self._hand_over_when_due()
+
+    def _hand_over_when_due(self) -> None:
+        queued = len(self.pending) + sum(len(r.trajectory_ids) for r in self.receipts)
         if (
-            len(self.pending) >= self.size
+            queued >= self.size
             or self.pending_steps >= self.steps
             or time.monotonic() - self._last >= self.seconds
         ):
@@ -429,8 +446,13 @@ class RecordBuffer:
         write ended. The queue is emptied only then: an error of the previous write, or a
         Ctrl-C while building or waiting, leaves every queued record queued (and no rows of
         a half-built record anywhere)."""
-        records = self.pending
         self._last = time.monotonic()
+        self._hand_over_records()
+        self._hand_over_receipts()
+
+    def _hand_over_records(self) -> None:
+        """:meth:`_hand_over` for the queued records."""
+        records = self.pending
         if not records:  # nothing to hand over (flush still waits for the write in flight)
             return
         rows, now = _Batch(), _now()
@@ -450,6 +472,21 @@ class RecordBuffer:
         # which replaces its rows (a write deletes a trajectory's rows before inserting them)
         self.pending, self.pending_steps = [], 0
 
+    def _hand_over_receipts(self) -> None:
+        """:meth:`_hand_over` for the queued shards: merged by the writer, in one transaction."""
+        receipts = self.receipts
+        if not receipts:
+            return
+        if self._writer is not None:
+            self.written += self._writer.wait()
+        store, run_id, folders = self.store, self.run_id, [r.folder for r in receipts]
+        count = sum(len(r.trajectory_ids) for r in receipts)
+        if self._writer is None:
+            self.written += store.merge_shards(run_id, folders)
+        else:
+            self._writer.start(count, lambda: store.merge_shards(run_id, folders))
+        self.receipts = []
+
 
 class _Writer:
     """Runs one write (a commit) at a time on a thread of its own; :meth:`wait` joins it and
@@ -461,7 +498,7 @@ class _Writer:
         self._count = 0
         self._error: BaseException | None = None
 
-    def start(self, count: int, write: Callable[[], None]) -> None:
+    def start(self, count: int, write: Callable[[], object]) -> None:
         """Run *write* (of *count* records) in the background; the previous one has ended."""
         if self._thread is not None:
             raise RuntimeError("a store write is still in flight")  # a bug: wait() first
@@ -469,7 +506,7 @@ class _Writer:
         self._thread, self._count = thread, count
         thread.start()
 
-    def _run(self, write: Callable[[], None]) -> None:
+    def _run(self, write: Callable[[], object]) -> None:
         try:
             write()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller by wait()
@@ -869,24 +906,45 @@ class Store:
         try:
             with self._writing("write to"):
                 cursor.begin()
-                stored = cursor.execute(
-                    "SELECT trajectory_id FROM trajectories WHERE run_id = ? "
-                    "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
-                    [run_id, ids],
-                ).fetchall()
-                if stored:
-                    again = [row[0] for row in stored]
-                    for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
-                        cursor.execute(
-                            f"DELETE FROM {table} WHERE run_id = ? "
-                            "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
-                            [run_id, again],
-                        )
+                _delete_stored(cursor, run_id, ids)
                 batch.insert(cursor, run_id)
         except BaseException:
             cursor.close()
             raise
         return cursor
+
+    def merge_shards(self, run_id: str, folders: Sequence[Path]) -> int:
+        """Store the trajectories of the Parquet shards in *folders* (see
+        :mod:`fidelity.store_shards`) as run *run_id*'s, in one transaction on a cursor of
+        its own (replacing rows they had before, ``trajectories`` last), then delete the
+        shards. Returns how many trajectories were stored; on an error nothing is kept
+        and the shards stay."""
+        if not folders:
+            return 0
+        files = {table: _parquet_list(folders, table) for table in WRITTEN}
+        # A trajectory in two shards (a task Ray retried after its first attempt had written
+        # one, both left over) is taken from one of them only.
+        chosen = (
+            "SELECT trajectory_id, max(parse_dirpath(filename)) AS shard "
+            f"FROM read_parquet({files['trajectories']}, filename = true) GROUP BY ALL"
+        )
+        with self._writing("merge shards into"), self.cursor() as cursor:
+            cursor.begin()
+            rows = cursor.execute(f"SELECT trajectory_id FROM ({chosen})").fetchall()
+            _delete_stored(cursor, run_id, [row[0] for row in rows])
+            for table in WRITTEN:
+                names = ", ".join(name for name in COLUMNS[table] if name != "run_id")
+                cursor.execute(
+                    f"INSERT INTO {table} (run_id, {names}) SELECT ?, {names} "
+                    f"FROM read_parquet({files[table]}, filename = true) AS p "
+                    f"SEMI JOIN ({chosen}) AS c ON p.trajectory_id = c.trajectory_id "
+                    "AND parse_dirpath(p.filename) = c.shard",
+                    [run_id],
+                )
+            cursor.commit()
+        for folder in folders:
+            shutil.rmtree(folder)
+        return len(rows)
 
     def commit_rows(self, cursor: duckdb.DuckDBPyConnection) -> None:
         """Commit the transaction :meth:`stage_rows` left open on *cursor*, and close the
@@ -926,8 +984,38 @@ class Store:
             _insert_rows(tx, "judgments", rows)
 
 
-_WRITTEN = ("steps", "observations", "comparisons", "trajectories")
+WRITTEN = ("steps", "observations", "comparisons", "trajectories")
 """The tables a trajectory writes, ``trajectories`` (its ``done`` mark) last."""
+
+
+def _delete_stored(cursor: duckdb.DuckDBPyConnection, run_id: str, ids: list[str]) -> None:
+    """Delete every row the trajectories *ids* of *run_id* have stored (``trajectories`` last),
+    in the transaction open on *cursor*; a trajectory not yet stored costs one lookup."""
+    stored = cursor.execute(
+        "SELECT trajectory_id FROM trajectories WHERE run_id = ? "
+        "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
+        [run_id, ids],
+    ).fetchall()
+    if stored:
+        again = [row[0] for row in stored]
+        for table in (*_PER_TRAJECTORY_TABLES, "trajectories"):
+            cursor.execute(
+                f"DELETE FROM {table} WHERE run_id = ? "
+                "AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
+                [run_id, again],
+            )
+
+
+def _parquet_list(folders: Sequence[Path], table: str) -> str:
+    """The SQL list literal of *table*'s Parquet file in each shard folder (``read_parquet``
+    takes no query parameter for its files)."""
+    return "[" + ", ".join(sql_string(folder / f"{table}.parquet") for folder in folders) + "]"
+
+
+def sql_string(path: Path) -> str:
+    """*path* as a SQL string literal (quotes doubled), for the statements that take no
+    parameter there (``read_parquet``'s files, ``COPY … TO``)."""
+    return "'" + str(path).replace("'", "''") + "'"
 
 
 class _Batch:
@@ -940,7 +1028,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[str, list[Any]]] = {
-            table: {name: [] for name in COLUMNS[table] if name != "run_id"} for table in _WRITTEN
+            table: {name: [] for name in COLUMNS[table] if name != "run_id"} for table in WRITTEN
         }
 
     def add_record(self, record: TrajectoryRecord, now: datetime) -> None:
@@ -1050,7 +1138,7 @@ class _Batch:
 
     def insert(self, tx: duckdb.DuckDBPyConnection, run_id: str) -> None:
         """Insert every held row of run *run_id*, ``trajectories`` last."""
-        for table in _WRITTEN:
+        for table in WRITTEN:
             _insert_columns(tx, table, self.tables[table], {"run_id": run_id})
 
     def rows(self, run_id: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -1185,8 +1273,9 @@ def _attached(path: Path) -> duckdb.DuckDBPyConnection:
     used, so the tables keep their plain names; the writer's settings applied."""
     connection = duckdb.connect(config={"threads": WRITER_THREADS})
     try:
-        quoted = str(path).replace("'", "''")
-        connection.execute(f"ATTACH '{quoted}' AS {_CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+        connection.execute(
+            f"ATTACH {sql_string(path)} AS {_CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})"
+        )
         connection.execute(f"USE {_CATALOG}")
         connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
     except BaseException:

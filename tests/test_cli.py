@@ -416,3 +416,16 @@ def test_a_world_model_outage_fails_the_gate(
     assert verdict["status"] == "fail"
     failed = {c["name"] for c in verdict["checks"] if not c["passed"]}
     assert failed == {"infra_failure_rate <= 0.05", "compared_steps >= 1"}
+
+
+def test_ray_results_need_the_ray_executor(tmp_path: Path) -> None:
+    db = tmp_path / "f.duckdb"
+    for args, message in (
+        (("--ray-results", "parquet"), "--ray-results needs --executor ray"),
+        (("--ray-results", "json", "--executor", "ray"), "choose driver or parquet"),
+        (("--ray-results-dir", tmp_path, "--executor", "ray"), "needs --ray-results parquet"),
+    ):
+        result = invoke("audit", "--db", db, *args)
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert message in result.stderr
+    assert not db.exists()

@@ -117,13 +117,33 @@ def test_the_terminal_suite_on_ray_stores_exactly_the_local_comparisons(
     require_binary("bwrap", "apt-get install bubblewrap")
     common: dict[str, Any] = {"sim": SimConfig(baseline="copy"), "report": None, "limit": 6}
     local = run_audit(AuditConfig(db=tmp_path / "local.duckdb", **common))
-    remote = run_audit(
-        AuditConfig(db=tmp_path / "ray.duckdb", executor="ray", ray_address=ray_cluster, **common)
+    ray = {"executor": "ray", "ray_address": ray_cluster}
+    remote = run_audit(AuditConfig(db=tmp_path / "ray.duckdb", **ray, **common))
+    sharded = run_audit(
+        AuditConfig(db=tmp_path / "parquet.duckdb", ray_results="parquet", **ray, **common)
     )
     assert remote.failed_trajectories == local.failed_trajectories == []
-    assert remote.audited == local.audited == 6
+    assert sharded.failed_trajectories == []
+    assert remote.audited == local.audited == sharded.audited == 6
     rows = _compared(tmp_path / "ray.duckdb")
     assert len(rows) > 6 and rows == _compared(tmp_path / "local.duckdb")
+    assert _compared(tmp_path / "parquet.duckdb") == rows
+    assert _observed(tmp_path / "parquet.duckdb") == _observed(tmp_path / "local.duckdb")
+    # every shard merged and deleted: the run's folder is gone, <db>.parts left empty
+    assert list((tmp_path / "parquet.duckdb.parts").iterdir()) == []
+
+
+OBSERVED = (
+    "SELECT s.*, o.* EXCLUDE (run_id, trajectory_id, depth, latency_ms) "
+    "FROM steps s JOIN observations o USING (run_id, trajectory_id, depth) "
+    "ORDER BY s.trajectory_id, s.depth, o.side, o.mode, o.sample"
+)
+
+
+def _observed(db: Path) -> list[tuple[Any, ...]]:
+    """Every step and its observations (timings left out), run ids aside."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return [row[1:] for row in con.execute(OBSERVED).fetchall()]
 
 
 def _kill_one_worker(killed: list[int], stop: threading.Event) -> None:
@@ -140,7 +160,10 @@ def _kill_one_worker(killed: list[int], stop: threading.Event) -> None:
 
 @pytest.mark.slow
 @pytest.mark.bwrap
-def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, ray_cluster: str) -> None:
+@pytest.mark.parametrize("results", ["driver", "parquet"])
+def test_a_worker_killed_mid_run_loses_nothing(
+    tmp_path: Path, ray_cluster: str, results: str
+) -> None:
     require_binary("bwrap", "apt-get install bubblewrap")
     suite = tmp_path / "slow.jsonl"
     write_trajectories(
@@ -158,6 +181,7 @@ def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, ray_cluster: str)
                 db=tmp_path / "ray.duckdb",
                 executor="ray",
                 ray_address=ray_cluster,
+                ray_results=results,
                 sim=SimConfig(baseline="copy"),
                 report=None,
             )
@@ -166,6 +190,7 @@ def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, ray_cluster: str)
         stop.set()
         killer.join()
     assert killed, "no Ray worker was seen running a task"
+    assert not (tmp_path / "ray.duckdb.parts" / result.run_id).exists()
     assert result.audited == 3 and result.failed_trajectories == []
     with duckdb.connect(str(tmp_path / "ray.duckdb"), read_only=True) as con:
         rows = con.execute(

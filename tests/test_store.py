@@ -18,6 +18,7 @@ from fidelity.errors import NotADatabaseError, NotFoundError, StoreError, exit_c
 from fidelity.model import Observation
 from fidelity.store import (
     SCHEMA_VERSION,
+    JudgmentRecord,
     RecordBuffer,
     ReplayedRecord,
     Store,
@@ -26,6 +27,7 @@ from fidelity.store import (
     TrajectoryRecord,
     run_status,
 )
+from fidelity.store_shards import PARTIAL, merge_left_over, write_shard
 from tests.conftest import command_trajectory
 
 INFO = {
@@ -454,3 +456,64 @@ def test_a_file_newer_than_the_code_is_refused_and_left_as_it_was(db_path: Path)
     with pytest.raises(StoreError, match="schema version 99 is newer than this fidelity"):
         Store(db_path)
     assert _every_row(db_path) == before
+
+
+def _trajectory_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """What a run stored per trajectory (``finished_at`` left out: it is when, not what)."""
+    with duckdb.connect(str(path), read_only=True) as con:
+        return {
+            table: con.execute(
+                f"SELECT * EXCLUDE (finished_at) FROM {table} ORDER BY ALL"
+                if table == "trajectories"
+                else f"SELECT * FROM {table} ORDER BY ALL"
+            ).fetchall()
+            for table in ("steps", "observations", "comparisons", "trajectories")
+        }
+
+
+def test_parquet_shards_merge_into_the_rows_a_direct_write_stores(tmp_path: Path) -> None:
+    failed = record("t2")
+    failed.error = "sandbox lost"
+    records = [record("t0"), record("t1", drift=True), failed]
+    with Store(tmp_path / "direct.duckdb") as store:
+        store.start_run("r1", INFO)
+        store.write_trajectories("r1", records)
+    root = tmp_path / "parts" / "r1"
+    receipts = [write_shard(records[:2], root), write_shard(records[2:], root)]
+    assert receipts[1].failed == {"t2": "sandbox lost"} and receipts[0].failed == {}
+    assert receipts[0].trajectory_ids == ["t0", "t1"]
+    with Store(tmp_path / "merged.duckdb") as store:
+        store.start_run("r1", INFO)
+        store.write_trajectories("r1", [record("t0", drift=True), record("t9")])  # t0 again
+        store.write_judgments(
+            "r1", {"judge": "j"}, [JudgmentRecord("t0", 1, "teacher-forced", 0, None, None)]
+        )
+        with RecordBuffer(store, "r1") as buffer:
+            for receipt in receipts:
+                buffer.merge(receipt)
+        assert buffer.written == 3
+        judged = store.connection.execute("SELECT count(*) FROM judgments").fetchone()
+    assert judged == (0,)  # t0's old judgments went with its old rows
+    assert not any(root.iterdir())  # merged shards are deleted
+    merged, direct = (
+        _trajectory_rows(tmp_path / "merged.duckdb"),
+        _trajectory_rows(tmp_path / "direct.duckdb"),
+    )
+    assert {t: [r for r in rows if r[1] != "t9"] for t, rows in merged.items()} == direct
+    assert len(direct["observations"]) == 12 and len(direct["comparisons"]) == 6
+
+
+def test_shards_left_over_are_merged_once_and_partial_ones_dropped(tmp_path: Path) -> None:
+    root = tmp_path / "parts" / "r1"
+    write_shard([record("t0")], root)
+    write_shard([record("t0", drift=True), record("t1")], root)  # t0 again: a retried task
+    (root / f"{PARTIAL}dead").mkdir()  # a task killed mid-write
+    (root / f"{PARTIAL}dead" / "steps.parquet").write_bytes(b"PAR1")
+    with Store(tmp_path / "f.duckdb") as store:
+        store.start_run("r1", INFO)
+        assert merge_left_over(store, "r1", root) == 2  # t0 once
+        assert merge_left_over(store, "r1", root) == 0  # nothing left, root removed
+        assert store.done_trajectories("r1") == {"t0", "t1"}
+    assert not root.exists()
+    assert count(tmp_path / "f.duckdb", "comparisons") == 4
+    assert count(tmp_path / "f.duckdb", "trajectories") == 2

@@ -8,15 +8,23 @@ record already handed over and a resumed run redoes only the rest.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fidelity.executors.base import Executor, RecordCallback
+from fidelity.executors.base import Executor, RecordCallback, ShardSink
 from fidelity.executors.local import LocalExecutor
 from fidelity.task import Progress
 
-__all__ = ["Executor", "ExecutorConfig", "LocalExecutor", "RecordCallback", "get_executor"]
+__all__ = [
+    "Executor",
+    "ExecutorConfig",
+    "LocalExecutor",
+    "RecordCallback",
+    "ShardSink",
+    "get_executor",
+]
 
 
 class ExecutorConfig(BaseModel):
@@ -30,6 +38,23 @@ class ExecutorConfig(BaseModel):
     ray_address: str | None = Field(
         default=None, description="ray: the cluster to join (None: start a local one)"
     )
+    results: Literal["driver", "parquet"] = Field(
+        default="driver",
+        description="ray: records come back to the driver, which stores them (driver), or "
+        "workers write the store's rows as Parquet shards that the driver's DuckDB merges",
+    )
+    results_dir: Path | None = Field(
+        default=None,
+        description="ray parquet: where shards go, a folder every node sees at the same path "
+        "(None: <db>.parts next to the database); each run's under <results_dir>/<run id>",
+    )
+
+    def shard_folder(self, db: Path, run_id: str) -> Path | None:
+        """Where run *run_id*'s Parquet shards go (absolute: workers run elsewhere), or None
+        when records come back to the driver."""
+        if self.type != "ray" or self.results != "parquet":
+            return None
+        return (self.results_dir or db.with_name(f"{db.name}.parts")).absolute() / run_id
 
 
 def get_executor(config: ExecutorConfig, progress: Progress | None = None) -> Executor:

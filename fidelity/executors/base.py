@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fidelity.pipeline import Replayed
     from fidelity.store import JudgmentRecord, TrajectoryRecord
+    from fidelity.store_shards import ShardReceipt
     from fidelity.task import TrajectoryTask
     from fidelity.worldmodels.base import WorldModel
 
@@ -17,6 +20,15 @@ RecordCallback = Callable[["TrajectoryRecord"], None]
 
 JudgmentCallback = Callable[["JudgmentRecord"], None]
 """Called on the driver's event loop with each judgment as soon as it is answered."""
+
+
+@dataclass(frozen=True)
+class ShardSink:
+    """Where workers may store their records themselves, as Parquet shards under *folder*
+    (a path every node sees), and who hears each shard's receipt on the driver."""
+
+    folder: Path
+    on_receipt: Callable[[ShardReceipt], None]
 
 
 class Executor(ABC):
@@ -29,6 +41,7 @@ class Executor(ABC):
         model: WorldModel | None,
         on_record: RecordCallback,
         replayed: Mapping[str, Replayed] | None = None,
+        shards: ShardSink | None = None,
         *,
         on_judgment: JudgmentCallback | None = None,
     ) -> None:
@@ -37,7 +50,10 @@ class Executor(ABC):
         *model* is the driver's world model (None: the tasks predict nothing,
         or an executor that builds each task's model from its config where it
         runs). *replayed* gives the real side of trajectories already replayed
-        (by id): those tasks only simulate and compare. *on_judgment*: where an
+        (by id): those tasks only simulate and compare. With *shards*, an executor
+        whose workers can write the store's rows where they run (Ray) hands over
+        shard receipts instead of records (a record still comes back when its
+        worker was lost); the others ignore it. *on_judgment*: where an
         executor can, each judgment of a judging task is handed to it as it is
         answered, and that task's record then carries none (each judgment is
         handed over once); elsewhere they come in the record.

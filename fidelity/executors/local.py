@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback
+from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback, ShardSink
 from fidelity.task import Progress, TaskRunner, TrajectoryTask, gather_or_cancel
 
 if TYPE_CHECKING:
@@ -29,11 +29,13 @@ class LocalExecutor(Executor):
         model: WorldModel | None,
         on_record: RecordCallback,
         replayed: Mapping[str, Replayed] | None = None,
+        shards: ShardSink | None = None,
         *,
         on_judgment: JudgmentCallback | None = None,
     ) -> None:
-        """Run every task concurrently; records are handed over as each one finishes,
-        judgments (with *on_judgment*) as each one is answered, on this event loop.
+        """Run every task concurrently; records are handed over as each one finishes
+        (*shards* is ignored: the records are already here), judgments (with
+        *on_judgment*) as each one is answered, on this event loop.
 
         When one task raises, the others are cancelled before the error goes on.
         """

@@ -3,7 +3,10 @@
 Each task travels as JSON (its configs are plain data) to a Ray worker, which
 builds its own sandbox and world model there and returns the record; the
 driver stores records as they come back, so resuming works as it does
-locally. Every task asks for one CPU, so each node runs as many at once as it
+locally. With ``--ray-results parquet`` a worker writes its records as the
+store's rows in a Parquet shard instead (:mod:`fidelity.store_shards`) and
+returns a small receipt, which the driver merges: observation texts never
+cross the object store or the driver's Python. Every task asks for one CPU, so each node runs as many at once as it
 has CPUs. A worker that dies (the node is lost, the process is killed) is
 retried once by Ray; a task that still fails is recorded as an infrastructure
 failure of its trajectory (every step failed), which a resumed run redoes.
@@ -22,21 +25,29 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fidelity.errors import UsageError
-from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback
+from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback, ShardSink
 from fidelity.task import Progress, TaskRunner, TrajectoryTask
 
 if TYPE_CHECKING:
     from fidelity.pipeline import Replayed
     from fidelity.store import TrajectoryRecord
+    from fidelity.store_shards import ShardReceipt
     from fidelity.worldmodels.base import WorldModel
 
 T = TypeVar("T")
 
 LOCAL_OBJECT_STORE_BYTES = 100 * 1024 * 1024
 """Object store of a cluster this executor starts itself (records are small)."""
+
+MAX_CHUNK = 64
+"""At most this many trajectories per Ray task (and shard) when workers write Parquet shards."""
+
+TASKS_PER_CPU = 4
+"""Parquet shards: trajectories are grouped only while every CPU still gets this many tasks."""
 
 
 class RayExecutor(Executor):
@@ -58,6 +69,7 @@ class RayExecutor(Executor):
         model: WorldModel | None,
         on_record: RecordCallback,
         replayed: Mapping[str, Replayed] | None = None,
+        shards: ShardSink | None = None,
         *,
         on_judgment: JudgmentCallback | None = None,
     ) -> None:
@@ -66,6 +78,8 @@ class RayExecutor(Executor):
         Tasks with a known real side (*replayed*) only simulate and compare:
         they run here, with *model*, handing judgments to *on_judgment* one by
         one; the cluster's records carry their judgments (see the module's note).
+        With *shards*, workers write Parquet shards and hand back receipts (see
+        :func:`chunk_size` for how tasks are grouped).
         """
         known = replayed or {}
         local = [t for t in tasks if t.trajectory.id in known]
@@ -79,14 +93,22 @@ class RayExecutor(Executor):
             finally:
                 await runner.aclose()
         if remote:
-            await self._remote(remote, on_record)
+            await self._remote(remote, on_record, shards)
 
-    async def _remote(self, tasks: Sequence[TrajectoryTask], on_record: RecordCallback) -> None:
+    async def _remote(
+        self, tasks: Sequence[TrajectoryTask], on_record: RecordCallback, shards: ShardSink | None
+    ) -> None:
         ray = _connect(self.address)
         function = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(_run_remote)
-        refs = {function.remote(t.model_dump_json(), self.sim_concurrency): t for t in tasks}
+        size = 1 if shards is None else chunk_size(len(tasks), ray.cluster_resources().get("CPU"))
+        folder = None if shards is None else str(shards.folder)
+        chunks = [tasks[start : start + size] for start in range(0, len(tasks), size)]
+        refs = {
+            function.remote([t.model_dump_json() for t in c], self.sim_concurrency, folder): c
+            for c in chunks
+        }
 
-        async def one(ref: Any) -> tuple[TrajectoryTask, Any]:
+        async def one(ref: Any) -> tuple[Sequence[TrajectoryTask], Any]:
             try:
                 return refs[ref], await ref
             except Exception as exc:  # noqa: BLE001 - classified by _failure, never swallowed
@@ -94,19 +116,36 @@ class RayExecutor(Executor):
 
         try:
             for finished in asyncio.as_completed([one(ref) for ref in refs]):
-                task, result = await finished
+                chunk, result = await finished
                 if isinstance(result, BaseException):
                     raise result
+                self.progress("real", len(chunk))
+                self.progress("sim", len(chunk))
                 if isinstance(result, str):  # the worker died twice: an infrastructure failure
-                    result = _failed_record(task, result)
-                self.progress("real", 1)
-                self.progress("sim", 1)
-                on_record(result)
-                self.progress("compare", 1)
+                    result = [_failed_record(task, result) for task in chunk]
+                if isinstance(result, list):
+                    for record in result:
+                        on_record(record)
+                elif shards is not None:
+                    shards.on_receipt(result)
+                self.progress("compare", len(chunk))
         except BaseException:
             for ref in refs:
                 ray.cancel(ref, force=True)
             raise
+
+
+def chunk_size(tasks: int, cpus: float | None) -> int:
+    """Trajectories per Ray task (one shard each) when workers write Parquet shards.
+
+    One per task while the run is small against the cluster, so every CPU stays
+    busy to the end; a very large run groups them (at least
+    :data:`TASKS_PER_CPU` tasks per CPU for balance, at most :data:`MAX_CHUNK`
+    trajectories each), so the driver merges thousands of shards rather than
+    millions of small files, and Ray schedules fewer tasks. A worker lost twice
+    costs its whole chunk, recorded as failed and redone by a resumed run.
+    """
+    return max(1, min(MAX_CHUNK, tasks // (TASKS_PER_CPU * max(1, int(cpus or 1)))))
 
 
 CANCEL_WAIT_SECONDS = 60.0
@@ -193,10 +232,19 @@ def _failed_record(task: TrajectoryTask, reason: str) -> TrajectoryRecord:
     return TrajectoryRecord(task.trajectory, failed.steps, [], [], "", 0.0, 0.0, failed.error)
 
 
-def _run_remote(task_json: str, sim_concurrency: int) -> TrajectoryRecord:
-    """On a worker: rebuild the task, build its world model here, run it, return the record."""
-    task = TrajectoryTask.model_validate_json(task_json)
-    return asyncio.run(_run_here(task, sim_concurrency))
+def _run_remote(
+    tasks_json: list[str], sim_concurrency: int, folder: str | None
+) -> list[TrajectoryRecord] | ShardReceipt:
+    """On a worker: rebuild the tasks, run them one after the other (each builds its world
+    model here), and return their records, or write them as one shard under *folder*
+    and return its receipt."""
+    tasks = [TrajectoryTask.model_validate_json(text) for text in tasks_json]
+    records = [asyncio.run(_run_here(task, sim_concurrency)) for task in tasks]
+    if folder is None:
+        return records
+    from fidelity.store_shards import write_shard
+
+    return write_shard(records, Path(folder))
 
 
 async def _run_here(task: TrajectoryTask, sim_concurrency: int) -> TrajectoryRecord:
