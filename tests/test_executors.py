@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.compare import CompareConfig
+from fidelity.compare.normalize import normalize
 from fidelity.dataset_gate import GateOptions, gate_dataset
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.formats.jsonl import write_trajectories
@@ -134,16 +135,18 @@ def test_the_terminal_suite_on_ray_stores_exactly_the_local_comparisons(
 
 
 OBSERVED = (
-    "SELECT s.*, o.* EXCLUDE (run_id, trajectory_id, depth, latency_ms) "
+    "SELECT s.*, o.* EXCLUDE (run_id, trajectory_id, depth, latency_ms, text), o.text "
     "FROM steps s JOIN observations o USING (run_id, trajectory_id, depth) "
     "ORDER BY s.trajectory_id, s.depth, o.side, o.mode, o.sample"
 )
 
 
 def _observed(db: Path) -> list[tuple[Any, ...]]:
-    """Every step and its observations (timings left out), run ids aside."""
+    """Every step and its observations (timings left out), run ids aside; each text as the
+    comparator normalizes it (two runs a minute apart differ in ``ls -la``'s times)."""
     with duckdb.connect(str(db), read_only=True) as con:
-        return [row[1:] for row in con.execute(OBSERVED).fetchall()]
+        rows = con.execute(OBSERVED).fetchall()
+    return [(*row[1:-1], normalize(row[-1], row[5])[0]) for row in rows]
 
 
 def _kill_one_worker(killed: list[int], stop: threading.Event) -> None:
