@@ -201,6 +201,9 @@ def _connect(address: str | None) -> Any:
     if not ray.is_initialized():
         if address is None:
             ray.init(
+                # "local": a cluster of its own, even where another one runs on this
+                # machine (ray.init would join that one, and refuse num_cpus)
+                address="local",
                 num_cpus=os.cpu_count() or 2,
                 object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                 include_dashboard=False,
