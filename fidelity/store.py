@@ -930,17 +930,21 @@ class Store:
         )
         with self._writing("merge shards into"), self.cursor() as cursor:
             cursor.begin()
-            rows = cursor.execute(f"SELECT trajectory_id FROM ({chosen})").fetchall()
+            # the choice is made once (a temporary table of this cursor's transaction), not
+            # by re-reading every shard's trajectories file in each table's insert
+            cursor.execute(f"CREATE TEMP TABLE _fidelity_chosen AS {chosen}")
+            rows = cursor.execute("SELECT trajectory_id FROM _fidelity_chosen").fetchall()
             _delete_stored(cursor, run_id, [row[0] for row in rows])
             for table in WRITTEN:
                 names = ", ".join(name for name in COLUMNS[table] if name != "run_id")
                 cursor.execute(
                     f"INSERT INTO {table} (run_id, {names}) SELECT ?, {names} "
                     f"FROM read_parquet({files[table]}, filename = true) AS p "
-                    f"SEMI JOIN ({chosen}) AS c ON p.trajectory_id = c.trajectory_id "
+                    "SEMI JOIN _fidelity_chosen AS c ON p.trajectory_id = c.trajectory_id "
                     "AND parse_dirpath(p.filename) = c.shard",
                     [run_id],
                 )
+            cursor.execute("DROP TABLE _fidelity_chosen")
             cursor.commit()
         for folder in folders:
             shutil.rmtree(folder)
