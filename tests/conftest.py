@@ -6,8 +6,10 @@ import importlib
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -117,6 +119,27 @@ def fake_llm() -> Iterator[FakeLLM]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture
+def zombie_pid() -> Iterator[int]:
+    """The pid of a process that has exited and is not reaped yet (``kill -0`` still finds it).
+
+    A killed auditor is one of these when its reaper sweeps, until its parent waits for it.
+    """
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 60  # a hang guard: `true` exits at its own pace
+    while _process_state(child.pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _process_state(child.pid) == "Z"
+    try:
+        yield child.pid
+    finally:
+        child.wait()
+
+
+def _process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import inspect
 import os
 import signal
 import threading
@@ -68,6 +69,16 @@ def test_the_registry_types_every_backend_and_names_bad_options() -> None:
         sandbox_config("terminal", "vm")
     with pytest.raises(UsageError, match="cannot replay domain 'web'"):
         sandbox_config("web", "local")
+
+
+def test_every_sweeper_takes_the_dead_owner_its_reaper_names() -> None:
+    """The reaper sweeps with ``owner=``: a sweeper without it would judge a zombie alive."""
+    from fidelity.sandboxes import _resolve
+
+    for name, entry in REGISTRY.items():
+        parameters = inspect.signature(_resolve(entry.sweeper)).parameters
+        assert "owner" in parameters, name
+        assert parameters["owner"].default is None, name
 
 
 def test_sim_config_selects_its_world_model_by_type() -> None:

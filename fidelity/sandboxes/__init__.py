@@ -13,7 +13,6 @@ the registry.
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -40,7 +39,11 @@ class Backend:
     factory: str
     """``module:callable`` taking the config and returning an unstarted sandbox."""
     sweeper: str
-    """``module:callable`` removing leftovers of killed runs; returns how many."""
+    """``module:callable(owner=None)`` removing leftovers of killed runs; returns how many.
+
+    With ``owner``, only that process's, which is dead even if ``kill -0`` still finds
+    it: its reaper sweeps while it may be a zombie (see :func:`~fidelity.sandboxes.base.dead_owner`).
+    """
     domains: tuple[str, ...]
     default_for: tuple[str, ...] = ()
     """The domains whose audits use this backend when ``--sandbox`` is not given."""
@@ -53,15 +56,8 @@ class Backend:
         return sandbox
 
     def sweep(self, owner: int | None = None) -> int:
-        """Remove what killed runs of this backend left behind (of one dead *owner* pid, or all).
-
-        A sweeper without an ``owner`` parameter sweeps every dead owner's leftovers.
-        """
-        sweeper = _resolve(self.sweeper)
-        if owner is not None and "owner" in inspect.signature(sweeper).parameters:
-            removed: int = sweeper(owner=owner)
-        else:
-            removed = sweeper()
+        """Remove what killed runs of this backend left behind (of one dead *owner* pid, or all)."""
+        removed: int = _resolve(self.sweeper)(owner=owner)
         return removed
 
 

@@ -434,6 +434,7 @@ def build(config: AdbConfig) -> AdbSandbox:
     return AdbSandbox(config)
 
 
-def sweep() -> int:
+def sweep(owner: int | None = None) -> int:
     """Nothing to sweep: the device and its adb server belong to the user."""
+    del owner  # the registry passes a dead owner to every sweeper
     return 0

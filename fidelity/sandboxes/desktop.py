@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import Action, CodeAction, EnvSpec, Observation
 from fidelity.resources import data_dir
-from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
 
@@ -482,8 +482,12 @@ def kill_token(token: str) -> int:
     return killed
 
 
-def sweep(temp_root: str | None = None) -> int:
-    """Kill desktops whose audit died and delete their folders; returns how many things went."""
+def sweep(temp_root: str | None = None, owner: int | None = None) -> int:
+    """Kill desktops whose audit died and delete their folders; returns how many things went.
+
+    With *owner*, only that (dead) process's, whatever ``kill -0`` says (its reaper
+    runs while it may still be a zombie).
+    """
     removed = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -492,17 +496,19 @@ def sweep(temp_root: str | None = None) -> int:
             cmdline = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        owner = next((a.split("=", 1)[1] for a in cmdline if a.startswith(f"{_OWNER_FLAG}=")), "")
+        started_by = next(
+            (a.split("=", 1)[1] for a in cmdline if a.startswith(f"{_OWNER_FLAG}=")), ""
+        )
         token = next((a.split("=", 1)[1] for a in cmdline if a.startswith(f"{_TOKEN_FLAG}=")), "")
-        if owner.isdigit() and token and not Path(f"/proc/{owner}").exists():
+        if started_by.isdigit() and token and dead_owner(int(started_by), owner):
             removed += kill_token(token)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry.name), signal.SIGKILL)
     base = Path(temp_root or tempfile.gettempdir())
     for folder in base.glob(f"{_ROOT_PREFIX}*"):
         owner_file = folder / "owner.pid"
-        owner = owner_file.read_text().strip() if owner_file.is_file() else ""
-        if not (owner.isdigit() and Path(f"/proc/{owner}").exists()):
+        text = owner_file.read_text().strip() if owner_file.is_file() else ""
+        if dead_owner(int(text) if text.isdigit() else -1, owner):
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
     return removed

@@ -32,9 +32,8 @@ from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import Action, EnvSpec, McpServer, Observation, ToolAction
-from fidelity.processes import alive
 from fidelity.sandboxes import mcp_servers
-from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 
 OWNER_ENV = "FIDELITY_MCP_OWNER"
@@ -375,16 +374,20 @@ def build(config: McpConfig | None = None) -> McpSandbox:
     return McpSandbox(config)
 
 
-def sweep() -> int:
-    """Kill servers and remove state folders left by auditors that are gone; returns how many."""
+def sweep(owner: int | None = None) -> int:
+    """Kill servers and remove state folders left by auditors that are gone; returns how many.
+
+    With *owner*, only that (dead) process's, whatever ``kill -0`` says (its reaper
+    runs while it may still be a zombie).
+    """
     removed = 0
     for pid, environ, _ in _marked_processes():
-        owner = environ.get(OWNER_ENV, "")
-        if owner.isdigit() and not alive(int(owner)):
+        started_by = environ.get(OWNER_ENV, "")
+        if started_by.isdigit() and dead_owner(int(started_by), owner):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 removed += 1
-    for folder in mcp_servers.stale_states():
+    for folder in mcp_servers.stale_states(owner):
         shutil.rmtree(folder, ignore_errors=True)
         removed += 1
     return removed

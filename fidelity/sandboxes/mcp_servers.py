@@ -26,8 +26,8 @@ from typing import Any
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import McpServer
-from fidelity.processes import alive
 from fidelity.resources import data_dir
+from fidelity.sandboxes.base import dead_owner
 from fidelity.sandboxes.images import cache_dir
 
 Log = Callable[[str], None]
@@ -187,14 +187,14 @@ def fill(value: str, state: dict[str, str]) -> str:
     return value
 
 
-def stale_states() -> list[Path]:
-    """State folders whose auditor process is gone."""
+def stale_states(owner: int | None = None) -> list[Path]:
+    """State folders whose auditor process is gone (with *owner*: that dead process's)."""
     found = []
     for marker in Path(tempfile.gettempdir()).glob(f"tmp*/{OWNER_FILE}"):
         try:
             pid = int(marker.read_text().strip())
         except (OSError, ValueError):
             continue
-        if not alive(pid):
+        if dead_owner(pid, owner):
             found.append(marker.parent)
     return found

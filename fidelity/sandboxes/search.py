@@ -229,8 +229,9 @@ def build(config: SearchConfig | None = None) -> SearchSandbox:
     return SearchSandbox(config)
 
 
-def sweep() -> int:
+def sweep(owner: int | None = None) -> int:
     """Nothing outlives a search sandbox (no process, no temp folder): always 0."""
+    del owner  # the registry passes a dead owner to every sweeper
     return 0
 
 

@@ -268,6 +268,20 @@ def test_desktop_dies_with_the_audit(desktop: None, signum: int) -> None:
             child.wait()
 
 
+def test_the_reaper_sweeps_a_desktop_folder_while_its_owner_is_a_zombie(
+    zombie_pid: int, tmp_path: Path
+) -> None:
+    """``kill -0`` finds a zombie: only the reaper's ``owner=`` says that it is dead."""
+    from fidelity.sandboxes.desktop import sweep
+
+    folder = tmp_path / "fidelity-desktop-left"
+    folder.mkdir()
+    (folder / "owner.pid").write_text(str(zombie_pid))
+    assert sweep(str(tmp_path)) == 0 and folder.exists()
+    assert sweep(str(tmp_path), owner=zombie_pid) == 1
+    assert not folder.exists()
+
+
 def test_two_replays_give_equal_trees(sandbox: DesktopSandbox) -> None:
     """Pinned apps, order, clock zone and locale: the same actions give the same tree."""
     actions = [

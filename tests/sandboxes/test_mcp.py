@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -236,29 +239,77 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_no_orphan_server_after_the_auditor_is_killed(servers: None, sig: signal.Signals) -> None:
-    from fidelity.sandboxes.mcp import owned_processes
-
+def _start_holder() -> subprocess.Popen[str]:
+    """A process holding an MCP sandbox with two servers, once both run."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _HOLDER], cwd=REPO, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     pids = [int(p) for p in proc.stdout.readline().split()]
     assert len(pids) >= 2, "both servers run"
+    return proc
+
+
+def _states_of(owner: int) -> list[Path]:
+    from fidelity.sandboxes.mcp_servers import OWNER_FILE
+
+    markers = Path(tempfile.gettempdir()).glob(f"tmp*/{OWNER_FILE}")
+    return [m.parent for m in markers if m.read_text().strip() == str(owner)]
+
+
+def _wait_until_gone(what: Callable[[], list[Any]]) -> list[Any]:
+    deadline = time.monotonic() + 60  # a hang guard: the kernel and the reaper act at their pace
+    while (found := what()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_no_orphan_server_after_the_auditor_is_killed(servers: None, sig: signal.Signals) -> None:
+    """The servers die with the auditor; its state folders go (finally, or the reaper)."""
+    from fidelity.sandboxes.mcp import owned_processes
+    from tests.test_chaos import processes_with
+
+    proc = _start_holder()
+    assert _states_of(proc.pid)
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
-    deadline = time.monotonic() + 30
-    while owned_processes(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert owned_processes(proc.pid) == []
-    if sig == signal.SIGKILL:  # no finally ran: the state folders stay until a sweep
-        from fidelity.sandboxes import mcp_servers
-        from fidelity.sandboxes.mcp import sweep
+    assert _wait_until_gone(lambda: owned_processes(proc.pid)) == []
+    assert _wait_until_gone(lambda: processes_with(f"fidelity.sandboxes.reaper {proc.pid} ")) == []
+    assert _states_of(proc.pid) == []
 
-        assert mcp_servers.stale_states()
-        assert sweep() >= 1
-        assert mcp_servers.stale_states() == []
+
+def test_sweep_removes_what_a_killed_auditor_and_its_reaper_left(servers: None) -> None:
+    from fidelity.sandboxes import mcp_servers
+    from fidelity.sandboxes.mcp import owned_processes, sweep
+    from tests.test_chaos import kill_reaper
+
+    proc = _start_holder()
+    assert kill_reaper(proc.pid) == 1  # both die: a sweep is what is left
+    proc.kill()
+    proc.wait(timeout=60)
+    assert _wait_until_gone(lambda: owned_processes(proc.pid)) == []  # pdeathsig
+    left = _states_of(proc.pid)
+    assert left, "SIGKILL skips every finally: the state folders stay"
+    assert set(left) <= set(mcp_servers.stale_states())
+    assert sweep() >= len(left)
+    assert _states_of(proc.pid) == []
+
+
+def test_the_reaper_sweeps_a_state_folder_while_its_owner_is_a_zombie(zombie_pid: int) -> None:
+    """``kill -0`` finds a zombie: only the reaper's ``owner=`` says that it is dead."""
+    from fidelity.sandboxes import sweep_owner
+    from fidelity.sandboxes.mcp import sweep
+    from fidelity.sandboxes.mcp_servers import OWNER_FILE
+
+    state = Path(tempfile.mkdtemp())
+    (state / OWNER_FILE).write_text(str(zombie_pid))
+    try:
+        assert sweep() == 0 and state.exists()  # a zombie may still be a live auditor's pid
+        assert sweep_owner("mcp", zombie_pid) == 1
+        assert not state.exists()
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def test_sandboxes_side_by_side_keep_their_own_servers(servers: None) -> None:
