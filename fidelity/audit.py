@@ -367,6 +367,7 @@ async def _audit(
         buffer.flush()  # every finished record is kept, interrupted or not
         if folder is not None:  # shards whose receipt never came (interrupted, or retried)
             merge_left_over(store, run_id, folder)
+            config.executor_config.remove_default_shard_root(config.db)
         executor.close()
         if model is not None:
             await model.aclose()

@@ -639,6 +639,7 @@ def _verify(
         executor.close()
         if folder is not None:  # shards whose receipt never came (interrupted, or retried)
             merge_left_over(store, run_id, folder)
+            options.executor_config.remove_default_shard_root(options.db)
 
 
 def _decide(

@@ -21,6 +21,7 @@ from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import normalize
 from fidelity.dataset_gate import GateOptions, gate_dataset
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
+from fidelity.executors import ExecutorConfig
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.gate import load_policy
 from fidelity.model import CommandAction, Observation, Step, Trajectory
@@ -79,6 +80,22 @@ def test_every_sweeper_takes_the_dead_owner_its_reaper_names() -> None:
         parameters = inspect.signature(_resolve(entry.sweeper)).parameters
         assert "owner" in parameters, name
         assert parameters["owner"].default is None, name
+
+
+def test_only_the_default_shard_root_is_removed_and_only_once_empty(tmp_path: Path) -> None:
+    db = tmp_path / "f.duckdb"
+    parquet = ExecutorConfig(type="ray", results="parquet")
+    default_root = tmp_path / "f.duckdb.parts"
+    (default_root / "other-run").mkdir(parents=True)
+    parquet.remove_default_shard_root(db)
+    assert (default_root / "other-run").is_dir()  # another run's shards wait there
+    (default_root / "other-run").rmdir()
+    parquet.remove_default_shard_root(db)
+    assert not default_root.exists()
+    users = tmp_path / "mine"
+    users.mkdir()
+    parquet.model_copy(update={"results_dir": users}).remove_default_shard_root(db)
+    assert users.is_dir()
 
 
 def test_sim_config_selects_its_world_model_by_type() -> None:
@@ -141,8 +158,8 @@ def test_the_terminal_suite_on_ray_stores_exactly_the_local_comparisons(
     assert len(rows) > 6 and rows == _compared(tmp_path / "local.duckdb")
     assert _compared(tmp_path / "parquet.duckdb") == rows
     assert _observed(tmp_path / "parquet.duckdb") == _observed(tmp_path / "local.duckdb")
-    # every shard merged and deleted: the run's folder is gone, <db>.parts left empty
-    assert list((tmp_path / "parquet.duckdb.parts").iterdir()) == []
+    # every shard merged and deleted: the run's folder and the default <db>.parts are gone
+    assert not (tmp_path / "parquet.duckdb.parts").exists()
 
 
 OBSERVED = (
@@ -204,7 +221,7 @@ def test_a_worker_killed_mid_run_loses_nothing(
         stop.set()
         killer.join()
     assert killed, "no Ray worker was seen running a task"
-    assert not (tmp_path / "ray.duckdb.parts" / result.run_id).exists()
+    assert not (tmp_path / "ray.duckdb.parts").exists()
     assert result.audited == 3 and result.failed_trajectories == []
     with duckdb.connect(str(tmp_path / "ray.duckdb"), read_only=True) as con:
         rows = con.execute(
@@ -284,6 +301,22 @@ def test_a_sharded_gate_on_ray_writes_the_files_of_a_local_gate(
     assert remote.counts.sampled == 4 and remote.counts.admitted_cut > 0
     assert remote.decisions == local.decisions and remote.verdict == local.verdict
     assert remote.dataset_sha256 == local.dataset_sha256
+    compared = _compared(tmp_path / "local.duckdb")
+    assert len(compared) >= 4 and _compared(tmp_path / "ray.duckdb") == compared
+    # workers store their replays as Parquet shards that the driver's DuckDB merges
+    parquet_options = ray_options.model_copy(
+        update={
+            "output_dir": tmp_path / "pq",
+            "db": tmp_path / "pq.duckdb",
+            "ray_results": "parquet",
+        }
+    )
+    in_parquet = gate_dataset(parquet_options, load_policy(parquet_options.policy_path))
+    assert in_parquet.counts == local.counts and in_parquet.decisions == local.decisions
+    assert _compared(tmp_path / "pq.duckdb") == compared
+    for name in ("admitted.jsonl", "quarantined.jsonl", "decisions.jsonl"):
+        assert (tmp_path / "pq" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
+    assert not (tmp_path / "pq.duckdb.parts").exists()
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == [
         "admitted.jsonl",
         "decisions.jsonl",

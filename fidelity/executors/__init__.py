@@ -8,6 +8,7 @@ record already handed over and a resumed run redoes only the rest.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Literal
 
@@ -55,6 +56,14 @@ class ExecutorConfig(BaseModel):
         if self.type != "ray" or self.results != "parquet":
             return None
         return (self.results_dir or db.with_name(f"{db.name}.parts")).absolute() / run_id
+
+    def remove_default_shard_root(self, db: Path) -> None:
+        """Remove ``<db>.parts`` once no run's shards are left in it (a ``results_dir``
+        the user named is theirs, and stays)."""
+        root = db.with_name(f"{db.name}.parts")
+        if self.results_dir is None and root.is_dir():
+            with contextlib.suppress(OSError):  # not empty: another run's shards wait there
+                root.rmdir()
 
 
 def get_executor(config: ExecutorConfig, progress: Progress | None = None) -> Executor:
