@@ -18,8 +18,8 @@ command: one task per stored trajectory (its real history as the trajectory's
 observations, its compared steps as ``stored`` variants, the judge config), on
 the local executor or Ray (``--executor ray``). Locally each judgment is
 stored as it is answered (in batches, and at the end: a Ctrl-C keeps every
-answered one); a Ray worker hands its trajectory's judgments back in its
-record, stored as it comes back. A rerun by the same judge resumes: a step holding a
+answered one); a Ray worker posts each one to a mailbox on the cluster, which
+the driver empties as judgments arrive and after a Ctrl-C. A rerun by the same judge resumes: a step holding a
 valid judgment of this judge (same :meth:`JudgeConfig.describe`) is kept and
 not asked again; judge failures are asked again.
 
@@ -247,9 +247,8 @@ def judge_run(
 
     One trajectory task per stored trajectory runs on *executor* (default: local
     threads, ``config.concurrency`` requests at once); judgments are written as
-    they come in (each one as it is answered locally, each record's as it comes
-    back from Ray; every few dozen steps and at the end, Ctrl-C and errors
-    included), so an interrupted judge keeps what it got, and a rerun asks
+    they come in (each one as it is answered, here or on a Ray worker; every few
+    dozen steps and at the end, Ctrl-C and errors included), so an interrupted judge keeps what it got, and a rerun asks
     only for the steps without a valid judgment of this judge.
     Raises :class:`~fidelity.errors.EndpointUnreachableError` when the judge
     endpoint refuses connections, :class:`~fidelity.errors.UsageError` when it
@@ -435,9 +434,11 @@ async def _judge_tasks(
 ) -> list[JudgmentRecord]:
     """Run the judging *tasks* on the executor, writing judgments to *store* as they come in.
 
-    Each judgment comes once: one by one as it is answered (the local executor),
-    or in its trajectory's record (Ray workers). Both ways it is written in
-    batches of :data:`_FLUSH_EVERY` and, Ctrl-C and errors included, at the end.
+    Each judgment comes one by one as it is answered (locally, or posted by a Ray
+    worker), or in its trajectory's record (an executor without ``on_judgment``).
+    It is written in batches of :data:`_FLUSH_EVERY` and, Ctrl-C and errors
+    included, at the end. A Ray task retried after its worker was lost answers
+    its steps again: the later judgment of a step replaces the earlier one.
     """
     from fidelity.executors import get_executor
 
@@ -451,14 +452,15 @@ async def _judge_tasks(
         finally:
             await checker.aclose()
     report("total", sum(len(v.steps) for t in tasks for v in t.stored))
-    done: list[JudgmentRecord] = []
-    pending: list[JudgmentRecord] = []
+    done: dict[tuple[str, int, str, int], JudgmentRecord] = {}
+    pending: dict[tuple[str, int, str, int], JudgmentRecord] = {}  # one per step a batch
 
     def add(judged: Sequence[JudgmentRecord]) -> None:
-        done.extend(judged)
-        pending.extend(judged)
+        for judgment in judged:
+            key = (judgment.trajectory_id, judgment.depth, judgment.mode, judgment.sample)
+            done[key] = pending[key] = judgment
         if len(pending) >= _FLUSH_EVERY:
-            store.write_judgments(run_id, config.describe(), pending)
+            store.write_judgments(run_id, config.describe(), list(pending.values()))
             pending.clear()
 
     def keep(record: TrajectoryRecord) -> None:
@@ -472,8 +474,8 @@ async def _judge_tasks(
         await executor.run(tasks, None, keep, on_judgment=lambda judgment: add([judgment]))
     finally:
         executor.close()
-        store.write_judgments(run_id, config.describe(), pending)
-    return done
+        store.write_judgments(run_id, config.describe(), list(pending.values()))
+    return list(done.values())
 
 
 def client(config: JudgeConfig) -> OpenAICompatWorldModel:

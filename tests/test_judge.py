@@ -8,6 +8,7 @@ import random
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from fidelity.cli import app
 from fidelity.compare.base import StepComparison
+from fidelity.executors import ExecutorConfig
 from fidelity.judge import (
     DIMENSIONS,
     JudgeConfig,
@@ -288,6 +290,24 @@ def test_a_stopped_judge_keeps_every_answered_step_of_an_unfinished_trajectory(
 ) -> None:
     """Two of t1's three steps are answered, the third blocks (or the driver fails after
     the second): those two are stored although t1's record never comes back."""
+    stop_the_judge_mid_trajectory(fake_llm, db_path, tmp_path, stop, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["ctrl-c", "error"])
+def test_a_stopped_judge_on_ray_keeps_what_its_workers_answered(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path, stop: str, ray_cluster: str
+) -> None:
+    """The same on the two-raylet cluster: the worker posts each answer to the mailbox,
+    which the driver empties on its way out; the worker itself is cancelled."""
+    executor = ExecutorConfig(type="ray", sim_concurrency=1, ray_address=ray_cluster)
+    stop_the_judge_mid_trajectory(fake_llm, db_path, tmp_path, stop, executor)
+
+
+def stop_the_judge_mid_trajectory(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path, stop: str, executor: ExecutorConfig | None
+) -> None:
+    """Judge t1's three steps, stopping as the third is asked; rerun; each is asked once."""
     store_one_trajectory(db_path, "ls", "cat notes.txt", "pwd")
     fake_llm.script(Reply.text(answer(5)), Reply.text(answer(4)), Reply.hang())
     answered: list[str] = []
@@ -301,14 +321,14 @@ def test_a_stopped_judge_keeps_every_answered_step_of_an_unfinished_trajectory(
         fake_llm.on_hang = lambda: os.kill(os.getpid(), signal.SIGINT)
     judge = config(fake_llm.url, tmp_path, cache=None)  # nothing kept but the store
     with pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else RuntimeError):
-        judge_run(db_path, "r1", judge, progress)
+        judge_run(db_path, "r1", judge, progress, executor)
     assert [row[:2] + row[3:] for row in judgments(db_path)] == [
         ("t1", 1, 100.0, None),
         ("t1", 2, 75.0, None),
     ]
     asked = len(fake_llm.requests)
     fake_llm.script(Reply.text(answer(3)))
-    again = judge_run(db_path, "r1", judge)
+    again = judge_run(db_path, "r1", judge, None, executor)
     assert (again.steps, again.judged, again.resumed, again.failed) == (3, 3, 2, 0)
     assert len(fake_llm.requests) == asked + 1  # only the step left unanswered is asked
     assert [row[3] for row in judgments(db_path)] == [100.0, 75.0, 50.0]
@@ -332,6 +352,29 @@ def test_each_judgment_is_written_once(
     fake_llm.script(*(Reply.text(answer(level)) for level in (5, 4, 3, 1)))
     assert judge_run(db_path, "r1", config(fake_llm.url, tmp_path)).judged == 4
     assert sorted(written) == [("t1", 1), ("t1", 2), ("t2", 1), ("t2", 2)]
+
+
+def test_a_step_judged_twice_is_stored_and_counted_once(
+    fake_llm: FakeLLM, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ray task retried after its worker was lost posts its judgments again."""
+    import fidelity.executors
+    from fidelity.executors.local import LocalExecutor
+
+    class Retrying(LocalExecutor):
+        async def run(self, *args: Any, on_judgment: Any = None, **kwargs: Any) -> None:
+            def twice(judgment: JudgmentRecord) -> None:
+                on_judgment(judgment)
+                on_judgment(judgment)
+
+            await super().run(*args, on_judgment=twice, **kwargs)
+
+    monkeypatch.setattr(fidelity.executors, "get_executor", lambda c, p: Retrying(1, 1, p))
+    store_run(db_path)
+    fake_llm.default = Reply.text(answer(4))
+    result = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, cache=None))
+    assert (result.steps, result.judged) == (4, 4)
+    assert [row[:2] for row in judgments(db_path)] == [("t1", 1), ("t1", 2), ("t2", 1), ("t2", 2)]
 
 
 def test_judge_tasks_are_plain_data_one_per_trajectory(db_path: Path, tmp_path: Path) -> None:
@@ -360,8 +403,6 @@ def test_judge_tasks_are_plain_data_one_per_trajectory(db_path: Path, tmp_path: 
 def test_the_judge_on_ray_stores_what_the_local_executor_stores(
     fake_llm: FakeLLM, tmp_path: Path, ray_cluster: str
 ) -> None:
-    from fidelity.executors import ExecutorConfig
-
     fake_llm.default = Reply.text(answer(4))
     stored = {}
     for where in ("local", "ray"):

@@ -10,13 +10,13 @@ cross the object store or the driver's Python. Every task asks for one CPU, so e
 has CPUs. A worker that dies (the node is lost, the process is killed) is
 retried once by Ray; a task that still fails is recorded as an infrastructure
 failure of its trajectory (every step failed), which a resumed run redoes.
-A judging task on a worker hands its judgments back in its record, all at
-once (streaming each step from a worker would need an actor or queue on the
-cluster): a Ctrl-C keeps the judgments of trajectories already handed back,
-and loses those already answered for trajectories still running (their
-workers are cancelled; workers have no response cache), which a rerun asks
-again. Tasks run here (a known real side) hand each judgment over as it is
-answered, as the local executor does.
+A judging task on a worker posts each judgment, as it is answered, to a
+:class:`JudgmentMailbox` actor on the cluster, which the driver empties as
+letters arrive and once more after a Ctrl-C or an error: what was answered is
+stored even for a trajectory still running (its worker is cancelled; workers
+have no response cache). A retried task posts its judgments again; the store
+keeps one per step. Tasks run here (a known real side) hand each judgment over
+as it is answered, as the local executor does.
 Every node needs fidelity installed, with the same version as the driver.
 """
 
@@ -34,7 +34,7 @@ from fidelity.task import Progress, TaskRunner, TrajectoryTask
 
 if TYPE_CHECKING:
     from fidelity.pipeline import Replayed
-    from fidelity.store import TrajectoryRecord
+    from fidelity.store import JudgmentRecord, TrajectoryRecord
     from fidelity.store_shards import ShardReceipt
     from fidelity.worldmodels.base import WorldModel
 
@@ -93,18 +93,27 @@ class RayExecutor(Executor):
             finally:
                 await runner.aclose()
         if remote:
-            await self._remote(remote, on_record, shards)
+            judging = on_judgment is not None and any(t.judge is not None for t in remote)
+            await self._remote(remote, on_record, shards, on_judgment if judging else None)
 
     async def _remote(
-        self, tasks: Sequence[TrajectoryTask], on_record: RecordCallback, shards: ShardSink | None
+        self,
+        tasks: Sequence[TrajectoryTask],
+        on_record: RecordCallback,
+        shards: ShardSink | None,
+        on_judgment: JudgmentCallback | None,
     ) -> None:
         ray = _connect(self.address)
         function = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(_run_remote)
         size = 1 if shards is None else chunk_size(len(tasks), ray.cluster_resources().get("CPU"))
         folder = None if shards is None else str(shards.folder)
         chunks = [tasks[start : start + size] for start in range(0, len(tasks), size)]
+        letters = None if on_judgment is None else _Letters(ray, on_judgment, self.progress)
+        mailbox = None if letters is None else letters.mailbox
         refs = {
-            function.remote([t.model_dump_json() for t in c], self.sim_concurrency, folder): c
+            function.remote(
+                [t.model_dump_json() for t in c], self.sim_concurrency, folder, mailbox
+            ): c
             for c in chunks
         }
 
@@ -114,25 +123,135 @@ class RayExecutor(Executor):
             except Exception as exc:  # noqa: BLE001 - classified by _failure, never swallowed
                 return refs[ref], _failure(ray, exc)
 
+        running = {asyncio.ensure_future(one(ref)) for ref in refs}
         try:
-            for finished in asyncio.as_completed([one(ref) for ref in refs]):
-                chunk, result = await finished
-                if isinstance(result, BaseException):
-                    raise result
-                self.progress("real", len(chunk))
-                self.progress("sim", len(chunk))
-                if isinstance(result, str):  # the worker died twice: an infrastructure failure
-                    result = [_failed_record(task, result) for task in chunk]
-                if isinstance(result, list):
-                    for record in result:
-                        on_record(record)
-                elif shards is not None:
-                    shards.on_receipt(result)
-                self.progress("compare", len(chunk))
-        except BaseException:
+            while running:
+                waited = running if letters is None else running | {letters.next()}
+                done, _ = await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+                if letters is not None:
+                    letters.hand_over(done)
+                for finished in done & running:
+                    running.discard(finished)
+                    chunk, result = finished.result()
+                    self._hand_over(chunk, result, on_record, shards)
+            if letters is not None:
+                letters.empty()  # every task returned after its last post
+        except BaseException as error:
+            for future in running:
+                future.cancel()
             for ref in refs:
                 ray.cancel(ref, force=True)
+            if letters is not None:
+                letters.empty_after_failure(error)
             raise
+        finally:
+            if letters is not None:
+                letters.close()
+
+    def _hand_over(
+        self,
+        chunk: Sequence[TrajectoryTask],
+        result: Any,
+        on_record: RecordCallback,
+        shards: ShardSink | None,
+    ) -> None:
+        """What one Ray task gave back: records, a shard receipt, or why its worker was lost."""
+        if isinstance(result, BaseException):
+            raise result
+        self.progress("real", len(chunk))
+        self.progress("sim", len(chunk))
+        if isinstance(result, str):  # the worker died twice: an infrastructure failure
+            result = [_failed_record(task, result) for task in chunk]
+        if isinstance(result, list):
+            for record in result:
+                on_record(record)
+        elif shards is not None:
+            shards.on_receipt(result)
+        self.progress("compare", len(chunk))
+
+
+class JudgmentMailbox:
+    """A Ray actor (async) where workers post judgments as they are answered.
+
+    The driver asks for the letters after the first *seen* ones (which it has
+    handled, so they are dropped here); asking drops nothing else, so a request
+    the driver cancels loses no letter.
+    """
+
+    def __init__(self) -> None:
+        self.letters: list[Any] = []
+        self.dropped = 0
+        self.arrived = asyncio.Event()
+
+    async def post(self, letter: Any) -> None:
+        """Keep *letter* until the driver has it."""
+        self.letters.append(letter)
+        self.arrived.set()
+
+    async def after(self, seen: int, wait: bool) -> list[Any]:
+        """The letters after the first *seen* (with *wait*: once there is at least one)."""
+        if seen > self.dropped:  # a request the driver cancelled may come late with less
+            del self.letters[: seen - self.dropped]
+            self.dropped = seen
+        while wait and not self.letters:
+            self.arrived.clear()
+            await self.arrived.wait()
+        return list(self.letters)
+
+
+class _Letters:
+    """The driver's side of a :class:`JudgmentMailbox`: each judgment handed over once."""
+
+    def __init__(self, ray: Any, on_judgment: JudgmentCallback, progress: Progress) -> None:
+        self.ray = ray
+        self.mailbox = ray.remote(num_cpus=0)(JudgmentMailbox).remote()
+        self.on_judgment = on_judgment
+        self.progress = progress
+        self.seen = 0
+        self.waiting: asyncio.Future[list[Any]] | None = None
+
+    def next(self) -> asyncio.Future[list[Any]]:
+        """A future of the letters not yet handed over, once there is one."""
+        if self.waiting is None:
+            self.waiting = asyncio.ensure_future(self._after(wait=True))
+        return self.waiting
+
+    async def _after(self, wait: bool) -> list[Any]:
+        letters: list[Any] = await self.mailbox.after.remote(self.seen, wait)
+        return letters
+
+    def hand_over(self, done: set[asyncio.Future[Any]]) -> None:
+        """Hand over the letters of the request among *done*, if it is."""
+        if self.waiting is not None and self.waiting in done:
+            waiting, self.waiting = self.waiting, None
+            self._take(waiting.result())
+
+    def empty(self) -> None:
+        """Hand over every letter still in the mailbox."""
+        if self.waiting is not None:
+            self.waiting.cancel()  # its letters stay in the mailbox until asked for again
+            self.waiting = None
+        self._take(
+            self.ray.get(self.mailbox.after.remote(self.seen, False), timeout=CANCEL_WAIT_SECONDS)
+        )
+
+    def empty_after_failure(self, error: BaseException) -> None:
+        """Hand over what was posted before *error* (a Ctrl-C, a failure); a mailbox that
+        cannot be reached then (its node lost) is noted on *error*, which stays the one shown."""
+        try:
+            self.empty()
+        except self.ray.exceptions.RayError as lost:
+            error.add_note(f"judgments answered on the cluster but not collected: {lost}")
+
+    def _take(self, letters: list[Any]) -> None:
+        for letter in letters:
+            self.seen += 1  # counted first: a letter whose handling failed is not handed again
+            self.on_judgment(letter)
+            self.progress("judge", 1)
+
+    def close(self) -> None:
+        """Stop the mailbox actor."""
+        self.ray.kill(self.mailbox)
 
 
 def chunk_size(tasks: int, cpus: float | None) -> int:
@@ -236,13 +355,15 @@ def _failed_record(task: TrajectoryTask, reason: str) -> TrajectoryRecord:
 
 
 def _run_remote(
-    tasks_json: list[str], sim_concurrency: int, folder: str | None
+    tasks_json: list[str], sim_concurrency: int, folder: str | None, mailbox: Any = None
 ) -> list[TrajectoryRecord] | ShardReceipt:
     """On a worker: rebuild the tasks, run them one after the other (each builds its world
     model here), and return their records, or write them as one shard under *folder*
-    and return its receipt."""
+    and return its receipt. With *mailbox* (a :class:`JudgmentMailbox`), each judgment
+    is posted there as it is answered, and the records carry none."""
     tasks = [TrajectoryTask.model_validate_json(text) for text in tasks_json]
-    records = [asyncio.run(_run_here(task, sim_concurrency)) for task in tasks]
+    post = None if mailbox is None else _poster(mailbox)
+    records = [asyncio.run(_run_here(task, sim_concurrency, post)) for task in tasks]
     if folder is None:
         return records
     from fidelity.store_shards import write_shard
@@ -250,7 +371,19 @@ def _run_remote(
     return write_shard(records, Path(folder))
 
 
-async def _run_here(task: TrajectoryTask, sim_concurrency: int) -> TrajectoryRecord:
+def _poster(mailbox: Any) -> JudgmentCallback:
+    import ray
+
+    def post(judgment: JudgmentRecord) -> None:
+        # waited for: the task returns only after its last judgment is in the mailbox
+        ray.get(mailbox.post.remote(judgment))
+
+    return post
+
+
+async def _run_here(
+    task: TrajectoryTask, sim_concurrency: int, post: JudgmentCallback | None = None
+) -> TrajectoryRecord:
     config = task.world_model
     if config is not None and config.type == "endpoint":
         # The response cache is one DuckDB file: one writer at a time, so workers go without.
@@ -258,7 +391,7 @@ async def _run_here(task: TrajectoryTask, sim_concurrency: int) -> TrajectoryRec
     if task.judge is not None and task.judge.cache is not None:  # the judge's likewise
         task = task.model_copy(update={"judge": task.judge.model_copy(update={"cache": None})})
     model = config.build() if config is not None else None
-    runner = TaskRunner(1, sim_concurrency)
+    runner = TaskRunner(1, sim_concurrency, on_judgment=post)
     try:
         return await runner.run(task, model)
     finally:
