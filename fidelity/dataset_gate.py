@@ -869,13 +869,14 @@ def _join(parts: Sequence[Path], staging: Path, name: str) -> Path:
 def _install(staged: dict[str, Path], out: Path, staging: Path) -> dict[str, Path]:
     """Rename each staged output into *out*; returns where they now are.
 
-    A previous gate's outputs of the same name in either layout (``NAME.jsonl``
-    or ``NAME/``) and its manifest are first moved into *staging* (removed with
-    it), so *out* holds one layout, and no manifest until the new one is written.
+    A previous gate's manifest and then its outputs of the same name in either
+    layout (``NAME.jsonl`` or ``NAME/``) are first moved into *staging* (removed
+    with it), so *out* holds one layout, and no manifest until the new one is
+    written: where a manifest is, the outputs beside it are all its gate's.
     """
     replaced = staging / "replaced"
     replaced.mkdir()
-    for old in [*output_paths(out), out / "manifest.json"]:
+    for old in [out / "manifest.json", *output_paths(out)]:
         if old.exists() or old.is_symlink():
             os.replace(old, replaced / old.name)
     finals = {name: out / path.name for name, path in staged.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -411,6 +412,42 @@ def test_a_shard_failing_in_the_last_pass_leaves_the_previous_outputs(
         gate_dataset(options, load_policy(policy), vanish)
     assert _outputs(options.output_dir) == before
     assert sorted(p.name for p in options.output_dir.iterdir()) == sorted(before)
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("renames", [1, 3, 6])
+def test_a_gate_stopped_between_its_renames_leaves_no_manifest(
+    tmp_path: Path, db_path: Path, bwrap: None, monkeypatch: pytest.MonkeyPatch, renames: int
+) -> None:
+    """Killed while moving the outputs into place (old ones out, new ones in): a manifest
+    is never beside outputs of another gate."""
+    import fidelity.dataset_gate
+    from fidelity.dataset_gate import GateOptions, gate_dataset
+    from fidelity.gate import load_policy
+
+    data = _shard_folder(tmp_path)
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.9\n")
+    out = tmp_path / "out"
+    options = GateOptions(
+        dataset=data, policy_path=policy, output_dir=out, db=db_path, run_id="g1", sample=2
+    )
+    gate_dataset(options, load_policy(policy))
+    assert (out / "manifest.json").is_file()
+    done: list[str] = []
+    replace = os.replace
+
+    def dying(source: str | Path, target: str | Path) -> None:
+        if Path(target).parent == out or Path(source).parent == out:
+            if len(done) == renames:
+                raise KeyboardInterrupt  # as if killed here
+            done.append(Path(target).name)
+        replace(source, target)
+
+    monkeypatch.setattr(fidelity.dataset_gate.os, "replace", dying)
+    sharded = options.model_copy(update={"layout": "sharded", "run_id": "g2"})
+    with pytest.raises(KeyboardInterrupt):
+        gate_dataset(sharded, load_policy(policy))
+    assert not (out / "manifest.json").exists()
 
 
 def test_layout_needs_a_dataset_and_a_known_name(tmp_path: Path, db_path: Path) -> None:
