@@ -19,9 +19,10 @@ observations, its compared steps as ``stored`` variants, the judge config), on
 the local executor or Ray (``--executor ray``). Locally each judgment is
 stored as it is answered (in batches, and at the end: a Ctrl-C keeps every
 answered one); a Ray worker posts each one to a mailbox on the cluster, which
-the driver empties as judgments arrive and after a Ctrl-C. A rerun by the same judge resumes: a step holding a
-valid judgment of this judge (same :meth:`JudgeConfig.describe`) is kept and
-not asked again; judge failures are asked again.
+the driver empties as judgments arrive and after a Ctrl-C. A rerun by the same
+judge resumes: a step holding a valid judgment of this judge (same
+:meth:`JudgeConfig.describe`) is kept and not asked again; judge failures are
+asked again.
 
 Judgments go to the ``judgments`` table (keyed like ``comparisons``). Scores
 are normalized as ``eval.py score`` does, ``(x - 1) / 4 * 100`` of the
@@ -248,8 +249,9 @@ def judge_run(
     One trajectory task per stored trajectory runs on *executor* (default: local
     threads, ``config.concurrency`` requests at once); judgments are written as
     they come in (each one as it is answered, here or on a Ray worker; every few
-    dozen steps and at the end, Ctrl-C and errors included), so an interrupted judge keeps what it got, and a rerun asks
-    only for the steps without a valid judgment of this judge.
+    dozen steps and at the end, Ctrl-C and errors included), so an interrupted
+    judge keeps what it got, and a rerun asks only for the steps without a valid
+    judgment of this judge.
     Raises :class:`~fidelity.errors.EndpointUnreachableError` when the judge
     endpoint refuses connections, :class:`~fidelity.errors.UsageError` when it
     does not serve ``config.model`` or the judge prompts are missing,
