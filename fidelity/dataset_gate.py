@@ -872,17 +872,30 @@ def _install(staged: dict[str, Path], out: Path, staging: Path) -> dict[str, Pat
     A previous gate's manifest and then its outputs of the same name in either
     layout (``NAME.jsonl`` or ``NAME/``) are first moved into *staging* (removed
     with it), so *out* holds one layout, and no manifest until the new one is
-    written: where a manifest is, the outputs beside it are all its gate's.
+    written: where a manifest is, the outputs beside it are all its gate's. A
+    rename that fails (or a Ctrl-C between renames) undoes the ones done, so
+    *out* is as it was; only a SIGKILL here leaves it without a manifest.
     """
     replaced = staging / "replaced"
     replaced.mkdir()
-    for old in [out / "manifest.json", *output_paths(out)]:
-        if old.exists() or old.is_symlink():
-            os.replace(old, replaced / old.name)
-    finals = {name: out / path.name for name, path in staged.items()}
-    for name, path in staged.items():
-        os.replace(path, finals[name])
+    done: list[tuple[Path, Path]] = []
+    try:
+        for old in [out / "manifest.json", *output_paths(out)]:
+            if old.exists() or old.is_symlink():
+                _rename(old, replaced / old.name, done)
+        finals = {name: out / path.name for name, path in staged.items()}
+        for name, path in staged.items():
+            _rename(path, finals[name], done)
+    except BaseException:
+        for source, target in reversed(done):  # the old manifest comes back last
+            os.replace(target, source)
+        raise
     return finals
+
+
+def _rename(source: Path, target: Path, done: list[tuple[Path, Path]]) -> None:
+    os.replace(source, target)
+    done.append((source, target))
 
 
 def _dump(data: dict[str, Any]) -> str:

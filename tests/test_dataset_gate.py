@@ -415,12 +415,12 @@ def test_a_shard_failing_in_the_last_pass_leaves_the_previous_outputs(
 
 
 @pytest.mark.bwrap
-@pytest.mark.parametrize("renames", [1, 3, 6])
-def test_a_gate_stopped_between_its_renames_leaves_no_manifest(
+@pytest.mark.parametrize("renames", [0, 1, 3, 6])
+def test_a_gate_stopped_between_its_renames_leaves_the_previous_outputs(
     tmp_path: Path, db_path: Path, bwrap: None, monkeypatch: pytest.MonkeyPatch, renames: int
 ) -> None:
-    """Killed while moving the outputs into place (old ones out, new ones in): a manifest
-    is never beside outputs of another gate."""
+    """A Ctrl-C while the outputs move into place (old ones out, new ones in): the renames
+    done are undone, so the previous gate's outputs and manifest are there, as they were."""
     import fidelity.dataset_gate
     from fidelity.dataset_gate import GateOptions, gate_dataset
     from fidelity.gate import load_policy
@@ -432,22 +432,27 @@ def test_a_gate_stopped_between_its_renames_leaves_no_manifest(
         dataset=data, policy_path=policy, output_dir=out, db=db_path, run_id="g1", sample=2
     )
     gate_dataset(options, load_policy(policy))
-    assert (out / "manifest.json").is_file()
+    before = _outputs(out)
+    assert "manifest.json" in before
     done: list[str] = []
     replace = os.replace
 
-    def dying(source: str | Path, target: str | Path) -> None:
-        if Path(target).parent == out or Path(source).parent == out:
-            if len(done) == renames:
-                raise KeyboardInterrupt  # as if killed here
+    def stopped(source: str | Path, target: str | Path) -> None:
+        into_or_out_of = out in (Path(source).parent, Path(target).parent)
+        if into_or_out_of and len(done) == renames:
+            done.append("stopped")
+            raise KeyboardInterrupt  # once: the undo's renames go through
+        if into_or_out_of:
             done.append(Path(target).name)
         replace(source, target)
 
-    monkeypatch.setattr(fidelity.dataset_gate.os, "replace", dying)
+    monkeypatch.setattr(fidelity.dataset_gate.os, "replace", stopped)
     sharded = options.model_copy(update={"layout": "sharded", "run_id": "g2"})
     with pytest.raises(KeyboardInterrupt):
         gate_dataset(sharded, load_policy(policy))
-    assert not (out / "manifest.json").exists()
+    assert "stopped" in done
+    assert _outputs(out) == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)  # no staging folder left
 
 
 def test_layout_needs_a_dataset_and_a_known_name(tmp_path: Path, db_path: Path) -> None:
