@@ -31,7 +31,7 @@ from fidelity.sandboxes import backend_for, sandbox_config, sweep_all
 from fidelity.sandboxes.base import close_all
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.store import DEFAULT_DB, RecordBuffer, ReplayedRecord, Store, TrajectoryRecord
-from fidelity.store_shards import ShardReceipt, merge_left_over
+from fidelity.store_shards import ShardReceipt
 from fidelity.task import TrajectoryTask
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import needs_real_corpus
@@ -245,9 +245,8 @@ async def _run(
     sweep_all()  # every backend's leftovers of killed audits (SIGKILL skips every finally)
     with Store(config.db) as store:
         resumed = store.start_run(run_id, _run_info(config, suite_path, trajectories, description))
-        shards = config.executor_config.shard_folder(config.db, run_id)
-        if shards is not None:  # what an interrupted attempt's workers finished is kept
-            merge_left_over(store, run_id, shards)
+        # what an interrupted attempt's workers finished is kept
+        config.executor_config.merge_left_over(store, config.db, run_id)
         done = store.done_trajectories(run_id)
         pending = [t for t in trajectories if t.id not in done]
         progress("total", len(pending))
@@ -365,9 +364,8 @@ async def _audit(
             await executor.run(tasks, model, store_record, shards=shards)
     finally:
         buffer.flush()  # every finished record is kept, interrupted or not
-        if folder is not None:  # shards whose receipt never came (interrupted, or retried)
-            merge_left_over(store, run_id, folder)
-            config.executor_config.remove_default_shard_root(config.db)
+        # shards whose receipt never came (interrupted, or retried)
+        config.executor_config.merge_left_over(store, config.db, run_id)
         executor.close()
         if model is not None:
             await model.aclose()

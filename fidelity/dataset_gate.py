@@ -65,7 +65,6 @@ from fidelity.model import Trajectory
 from fidelity.sandboxes import backend_for, sandbox_config
 from fidelity.sandboxes.base import close_all
 from fidelity.store import RecordBuffer, Store
-from fidelity.store_shards import merge_left_over
 from fidelity.task import TrajectoryTask, recorded_mode
 
 DEFAULT_SAMPLE = 200
@@ -604,8 +603,8 @@ def _verify(
 ) -> None:
     """Replay *trajectories* for real, compare with their recorded observations, store."""
     folder = options.executor_config.shard_folder(options.db, run_id)
-    if folder is not None:  # what an interrupted attempt's workers finished is kept
-        merge_left_over(store, run_id, folder)
+    # what an interrupted attempt's workers finished is kept
+    options.executor_config.merge_left_over(store, options.db, run_id)
     done = store.done_trajectories(run_id)
     sandbox = sandbox_config(domain, options.sandbox, {}, run_id)
     tasks = [
@@ -637,9 +636,8 @@ def _verify(
     finally:
         buffer.flush()
         executor.close()
-        if folder is not None:  # shards whose receipt never came (interrupted, or retried)
-            merge_left_over(store, run_id, folder)
-            options.executor_config.remove_default_shard_root(options.db)
+        # shards whose receipt never came (interrupted, or retried)
+        options.executor_config.merge_left_over(store, options.db, run_id)
 
 
 def _decide(

@@ -83,19 +83,22 @@ def test_every_sweeper_takes_the_dead_owner_its_reaper_names() -> None:
 
 
 def test_only_the_default_shard_root_is_removed_and_only_once_empty(tmp_path: Path) -> None:
+    from fidelity.store import Store
+
     db = tmp_path / "f.duckdb"
     parquet = ExecutorConfig(type="ray", results="parquet")
     default_root = tmp_path / "f.duckdb.parts"
     (default_root / "other-run").mkdir(parents=True)
-    parquet.remove_default_shard_root(db)
-    assert (default_root / "other-run").is_dir()  # another run's shards wait there
-    (default_root / "other-run").rmdir()
-    parquet.remove_default_shard_root(db)
-    assert not default_root.exists()
-    users = tmp_path / "mine"
-    users.mkdir()
-    parquet.model_copy(update={"results_dir": users}).remove_default_shard_root(db)
-    assert users.is_dir()
+    with Store(db) as store:
+        parquet.merge_left_over(store, db, "r1")
+        assert (default_root / "other-run").is_dir()  # another run's shards wait there
+        (default_root / "other-run").rmdir()
+        parquet.merge_left_over(store, db, "r1")
+        assert not default_root.exists()
+        users = tmp_path / "mine"
+        users.mkdir()
+        parquet.model_copy(update={"results_dir": users}).merge_left_over(store, db, "r1")
+        assert users.is_dir()
 
 
 def test_sim_config_selects_its_world_model_by_type() -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.executors.base import Executor, RecordCallback, ShardSink
 from fidelity.executors.local import LocalExecutor
 from fidelity.task import Progress
+
+if TYPE_CHECKING:
+    from fidelity.store import Store
 
 __all__ = [
     "Executor",
@@ -57,13 +60,20 @@ class ExecutorConfig(BaseModel):
             return None
         return (self.results_dir or db.with_name(f"{db.name}.parts")).absolute() / run_id
 
-    def remove_default_shard_root(self, db: Path) -> None:
-        """Remove ``<db>.parts`` once no run's shards are left in it (a ``results_dir``
-        the user named is theirs, and stays)."""
-        root = db.with_name(f"{db.name}.parts")
-        if self.results_dir is None and root.is_dir():
+    def merge_left_over(self, store: Store, db: Path, run_id: str) -> None:
+        """Merge the shards of run *run_id* whose receipt never came (an interrupted attempt,
+        a retried task), see :func:`fidelity.store_shards.merge_left_over`; then remove the
+        default ``<db>.parts`` once no run's shards are left in it (a ``results_dir`` the
+        user named is theirs, and stays). Nothing to do when records come to the driver."""
+        folder = self.shard_folder(db, run_id)
+        if folder is None:
+            return
+        from fidelity.store_shards import merge_left_over
+
+        merge_left_over(store, run_id, folder)
+        if self.results_dir is None and folder.parent.is_dir():
             with contextlib.suppress(OSError):  # not empty: another run's shards wait there
-                root.rmdir()
+                folder.parent.rmdir()
 
 
 def get_executor(config: ExecutorConfig, progress: Progress | None = None) -> Executor:
