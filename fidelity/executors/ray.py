@@ -76,8 +76,8 @@ class RayExecutor(Executor):
         """Run every task on the cluster; *model* stays on the driver (workers build their own).
 
         Tasks with a known real side (*replayed*) only simulate and compare:
-        they run here, with *model*, handing judgments to *on_judgment* one by
-        one; the cluster's records carry their judgments (see the module's note).
+        they run here, with *model*. Judgments go to *on_judgment* one by one as
+        they are answered, here or on a worker (see the module's note).
         With *shards*, workers write Parquet shards and hand back receipts (see
         :func:`chunk_size` for how tasks are grouped).
         """
@@ -139,8 +139,7 @@ class RayExecutor(Executor):
         except BaseException as error:
             for future in running:
                 future.cancel()
-            for ref in refs:
-                ray.cancel(ref, force=True)
+            _cancel(ray, list(refs))  # none still writes a shard the caller then merges
             if letters is not None:
                 letters.empty_after_failure(error)
             raise
@@ -268,7 +267,8 @@ def chunk_size(tasks: int, cpus: float | None) -> int:
 
 
 CANCEL_WAIT_SECONDS = 60.0
-"""How long :func:`map_on_cluster` waits for the calls it cancelled after an error."""
+"""How long the driver waits for Ray tasks it cancelled after an error (and for the
+judgment mailbox's last letters)."""
 
 
 def map_on_cluster(
@@ -300,13 +300,18 @@ def map_on_cluster(
                 on_result(result)
         return [results[index] for index in range(len(refs))]
     except BaseException as exc:
-        for ref in refs:
-            ray.cancel(ref, force=True)
-        # bounded: a node lost while cancelling must not hang the driver
-        ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)
+        _cancel(ray, refs)
         if isinstance(exc, ray.exceptions.RayTaskError):
             raise exc.as_instanceof_cause() from None
         raise
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    """Cancel (force) the Ray tasks of *refs* and wait for them to end, bounded: a node
+    lost while cancelling must not hang the driver."""
+    for ref in refs:
+        ray.cancel(ref, force=True)
+    ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)
 
 
 def _connect(address: str | None) -> Any:
