@@ -148,7 +148,7 @@ def test_garbage_answers_are_judge_failures_never_scores(
     )
     result = judge_run(db_path, "r1", config(fake_llm.url, tmp_path, max_retries=0))
     assert (result.judged, result.failed) == (1, 3)
-    assert result.failures == {"JudgmentParseError": 2, "MalformedPredictionError": 1}
+    assert result.failures == {"JudgmentParseError": 2, "NotACompletionError": 1}
     rows = judgments(db_path)
     assert [row[2] is None and row[3] is None for row in rows] == [True, True, True, False]
     assert "no JSON verdict" in str(rows[0][4]) and "realism=9" in str(rows[1][4])

@@ -1,11 +1,16 @@
 """World model behind an OpenAI-compatible chat endpoint (vLLM, SGLang, hosted APIs).
 
 Requests go through :class:`openai.AsyncOpenAI` with the client's own retries
-turned off: this module retries itself, with exponential backoff and jitter,
-on HTTP 408/409/429/5xx, timeouts and dropped connections (see
-:class:`RetryPolicy`). A request that finally fails becomes an
+turned off: this module retries itself, with jittered exponential backoff, on
+HTTP 408/409/429/5xx, timeouts, dropped connections and answers that are not a
+chat completion (HTML, a body that is not UTF-8 or not JSON, JSON without
+choices: :class:`NotACompletionError`). The body is parsed here, not by the
+SDK, so no garbage can escape as a decoding error. While the endpoint is
+otherwise healthy a backoff never exceeds its typical latency (see
+:class:`RetryPolicy` and :class:`EndpointHealth`): a few unlucky steps do not
+hold a run's tail. A request that finally fails becomes an
 :class:`~fidelity.model.Observation` whose ``error`` names the error class and
-HTTP status; only an endpoint that refuses every connection attempt raises
+what came back; only an endpoint that refuses every connection attempt raises
 :class:`~fidelity.errors.EndpointUnreachableError`.
 """
 
@@ -14,12 +19,16 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import statistics
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from fidelity.errors import (
     EndpointUnreachableError,
@@ -41,6 +50,8 @@ DEFAULT_MAX_TOKENS = 32768
 #: what the reference script sends (temperature 0.6 and max_tokens, nothing else).
 SAMPLING_PRESETS = ("recommended", "agentworldbench")
 _MESSAGE_LIMIT = 300
+_PREVIEW_BYTES = 60
+_HTML_TAGS = ("<!doctype html", "<html", "<head", "<body")
 
 
 @dataclass(frozen=True)
@@ -48,9 +59,12 @@ class RetryPolicy:
     """How failed requests are retried.
 
     Attempt ``n`` (0-based) that fails with a retryable error waits
-    ``min(backoff_max, backoff_base * 2**n)`` seconds, scaled by a random
-    factor in ``[1 - jitter, 1]``; a ``Retry-After`` header (seconds) raises
-    the wait, still capped by ``backoff_max``.
+    ``min(backoff_max, backoff_base * 2**n, bound)`` seconds, scaled by a
+    random factor in ``[1 - jitter, 1]``. ``bound`` is the endpoint's typical
+    latency while it is otherwise healthy (:meth:`EndpointHealth.backoff_bound`),
+    else none: a step that failed twice in a row does not wait seconds while
+    its neighbours are answered in 200 ms. A ``Retry-After`` header always
+    raises the wait to what the server asked, capped by ``backoff_max``.
     """
 
     max_retries: int = 4
@@ -58,13 +72,48 @@ class RetryPolicy:
     backoff_max: float = 30.0
     jitter: float = 0.5
 
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+    def delay(
+        self, attempt: int, retry_after: float | None = None, bound: float | None = None
+    ) -> float:
         """Seconds to wait after failed attempt *attempt* (0-based)."""
         wait = min(self.backoff_max, self.backoff_base * 2.0**attempt)
+        if bound is not None:
+            wait = min(wait, bound)
         wait *= 1.0 - self.jitter * random.random()
         if retry_after is not None:
             wait = max(wait, min(retry_after, self.backoff_max))
         return wait
+
+
+class EndpointHealth:
+    """Recent outcomes of the requests to one endpoint, shared by its concurrent requests.
+
+    The endpoint is *healthy* once at least *min_samples* of the last *window*
+    attempts are known and at least *healthy_ratio* of them succeeded; its
+    typical latency is the median of the recent successful attempts.
+    """
+
+    def __init__(self, window: int = 64, min_samples: int = 8, healthy_ratio: float = 0.5) -> None:
+        self.min_samples = min_samples
+        self.healthy_ratio = healthy_ratio
+        self._outcomes: deque[bool] = deque(maxlen=window)
+        self._latencies: deque[float] = deque(maxlen=window)
+
+    def record(self, ok: bool, seconds: float) -> None:
+        """Count one attempt; *seconds* is its latency (kept for successes only)."""
+        self._outcomes.append(ok)
+        if ok:
+            self._latencies.append(seconds)
+
+    def backoff_bound(self) -> float | None:
+        """The typical latency while the endpoint is otherwise healthy; None (no bound)
+        while too little is known or most recent attempts failed (an overloaded or
+        broken endpoint gets the full exponential backoff)."""
+        if len(self._outcomes) < self.min_samples or not self._latencies:
+            return None
+        if sum(self._outcomes) < self.healthy_ratio * len(self._outcomes):
+            return None
+        return statistics.median(self._latencies)
 
 
 class RequestFailedError(WorldModelError):
@@ -80,12 +129,36 @@ class TruncatedAnswerError(MalformedPredictionError):
     """The endpoint stopped the answer at ``max_tokens``: an infrastructure failure, not drift."""
 
 
+class NotACompletionError(WorldModelError):
+    """A 2xx answer whose body is not an OpenAI chat completion (HTML, not UTF-8, not JSON,
+    JSON without choices, empty): retried like a 5xx; its message says what came back."""
+
+
 @dataclass
 class _Attempts:
     """What the retry loop saw, for the final error message."""
 
     count: int = 0
     refused: int = 0
+    last: str | None = None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """One failed attempt: its one-line description and how to go on."""
+
+    message: str
+    retryable: bool
+    retry_after: float | None = None
+    refused: bool = False
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """The first choice of a chat completion."""
+
+    content: str | None
+    finish_reason: str | None
 
 
 def _is_refused(error: BaseException) -> bool:
@@ -104,9 +177,25 @@ def _is_refused(error: BaseException) -> bool:
 
 
 def _retry_after(error: openai.APIStatusError) -> float | None:
-    value = error.response.headers.get("retry-after")
+    """Seconds the server asked to wait: ``retry-after-ms``, else ``Retry-After`` in seconds
+    or as an HTTP date; None when absent or unreadable."""
+    headers = error.response.headers
+    milliseconds = _seconds(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    value = headers.get("retry-after")
+    seconds = _seconds(value)
+    if seconds is not None or value is None:
+        return seconds
     try:
-        return float(value) if value is not None else None
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
 
@@ -126,8 +215,10 @@ class OpenAICompatWorldModel(WorldModel):
     temperature 0.6 and max_tokens, nothing else. An answer cut by the length
     limit (``finish_reason == "length"``) is an infrastructure failure. ``timeout``
     applies to each attempt; ``max_retries`` retries follow the first attempt,
-    waiting as :class:`RetryPolicy` says (``backoff_base``/``backoff_max``);
-    ``deadline`` (seconds, None: none) bounds the whole request.
+    waiting as :class:`RetryPolicy` says (``backoff_base``/``backoff_max``,
+    bounded by *health*'s typical latency while the endpoint is otherwise
+    healthy); ``deadline`` (seconds, None: none) bounds the whole request.
+    *sleep* waits out each backoff (tests pass one that records the delays).
     """
 
     name = "openai-compat"
@@ -149,6 +240,8 @@ class OpenAICompatWorldModel(WorldModel):
         cache: ResponseCache | None = None,
         deadline: float | None = DEFAULT_DEADLINE,
         sampling: str = "recommended",
+        health: EndpointHealth | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if max_retries < 0 or timeout <= 0 or backoff_base < 0:
             raise UsageError("max_retries and backoff_base must be >= 0 and timeout > 0")
@@ -169,6 +262,8 @@ class OpenAICompatWorldModel(WorldModel):
         self.max_tokens = max_tokens
         self.prompts_dir = prompts_dir
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
+        self.health = health if health is not None else EndpointHealth()
+        self._sleep = sleep
         self.prompts = prompt_set(prompts_dir)
         self._prompt_hash = self.prompts.hash
         self.cache = cache
@@ -238,51 +333,69 @@ class OpenAICompatWorldModel(WorldModel):
         costs at most ``deadline`` seconds, then :class:`RequestFailedError`
         naming the deadline.
         """
+        attempts = _Attempts()
         if self.deadline is None:
-            return await self._complete_with_retries(messages)
+            return await self._complete_with_retries(messages, attempts)
         try:
             async with asyncio.timeout(self.deadline):
-                return await self._complete_with_retries(messages)
+                return await self._complete_with_retries(messages, attempts)
         except TimeoutError:
-            raise RequestFailedError(_deadline_failure(self.base_url, self.deadline)) from None
+            failure = _deadline_failure(self.base_url, self.deadline)
+            if attempts.last is not None:
+                failure += f"; the last attempt failed with {attempts.last}"
+            raise RequestFailedError(failure) from None
 
-    async def _complete_with_retries(self, messages: list[dict[str, str]]) -> str | None:
+    async def _complete_with_retries(
+        self, messages: list[dict[str, str]], attempts: _Attempts
+    ) -> str | None:
         """The assistant content for *messages*, retrying transient failures.
 
         Raises :class:`~fidelity.errors.EndpointUnreachableError` when every
         attempt was refused, ``MalformedPredictionError`` for an unusable
-        response, and :class:`RequestFailedError` for other final failures.
+        answer, and :class:`RequestFailedError` for other final failures.
         """
-        attempts = _Attempts()
         while True:
-            try:
-                return _content(await self._create(messages))
-            except openai.APIStatusError as error:
-                retry_after = _retry_after(error)
-                failure = _status_failure(error, self.base_url)
-                retryable = error.status_code in RETRY_STATUSES or error.status_code >= 500
-            except openai.APIConnectionError as error:  # includes APITimeoutError
-                attempts.refused += _is_refused(error)
-                retry_after, retryable = None, True
-                failure = _connection_failure(error, self.base_url, self.timeout)
-            except (openai.APIResponseValidationError, json.JSONDecodeError) as error:
-                raise MalformedPredictionError(
-                    f"{self.base_url} answered HTTP 200 with a body that is not a chat "
-                    f"completion ({type(error).__name__}: {_short(error)})"
-                ) from error
+            started = time.monotonic()
+            outcome = await self._attempt(messages)
+            self.health.record(isinstance(outcome, _Choice), time.monotonic() - started)
+            if isinstance(outcome, _Choice):
+                return _content(outcome)
             attempts.count += 1
-            if not retryable or attempts.count > self.retry.max_retries:
-                raise self._final(failure, attempts)
-            await asyncio.sleep(self.retry.delay(attempts.count - 1, retry_after))
+            attempts.refused += outcome.refused
+            attempts.last = outcome.message
+            if not outcome.retryable or attempts.count > self.retry.max_retries:
+                raise self._final(outcome.message, attempts)
+            bound = self.health.backoff_bound()
+            await self._sleep(self.retry.delay(attempts.count - 1, outcome.retry_after, bound))
 
-    async def _create(self, messages: list[dict[str, str]]) -> ChatCompletion:
-        """POST the request body as is: the SDK's typed-dict transform costs ~10 ms of CPU
-        per request with long histories, which bounds throughput under concurrency."""
+    async def _attempt(self, messages: list[dict[str, str]]) -> _Choice | _Failure:
+        """One request: the completion's first choice, or what went wrong."""
+        try:
+            return _first_choice(await self._create(messages))
+        except openai.APIStatusError as error:
+            retryable = error.status_code in RETRY_STATUSES or error.status_code >= 500
+            return _Failure(_status_failure(error, self.base_url), retryable, _retry_after(error))
+        except openai.APIConnectionError as error:  # includes APITimeoutError
+            failure = _connection_failure(error, self.base_url, self.timeout)
+            return _Failure(failure, True, refused=_is_refused(error))
+        except NotACompletionError as error:
+            failure = f"{type(error).__name__}: {self.base_url} answered {error}"
+            return _Failure(_short(failure), True)
+
+    async def _create(self, messages: list[dict[str, str]]) -> bytes:
+        """POST the request body as is and return the raw answer body.
+
+        The SDK's typed-dict transform costs ~10 ms of CPU per request with long
+        histories, which bounds throughput under concurrency; and its response
+        parsing lets garbage escape (a body that is not UTF-8 raises
+        ``UnicodeDecodeError``, an HTML page comes back as a string), so
+        :func:`_first_choice` parses the body instead.
+        """
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         for name, value in self.sampling().items():
             if value is not None:
                 body[name] = value
-        return await self._client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+        return await self._client.post("/chat/completions", body=body, cast_to=bytes)
 
     def _final(self, failure: str, attempts: _Attempts) -> Exception:
         if attempts.refused == attempts.count:
@@ -321,7 +434,7 @@ class OpenAICompatWorldModel(WorldModel):
         :class:`~fidelity.errors.UsageError` when the model is not served.
         """
         try:
-            page = await self._list_models()
+            body = await self._list_models()
         except openai.APIConnectionError as error:
             raise EndpointUnreachableError(
                 f"world-model endpoint {self.base_url} does not answer "
@@ -330,20 +443,21 @@ class OpenAICompatWorldModel(WorldModel):
             ) from error
         except openai.APIStatusError:
             return  # it answers, it just does not list models (not every server does)
-        served = [m.id for m in page.data]
+        served = _served_models(body)
         if served and self.model not in served:
             raise UsageError(
                 f"{self.base_url} does not serve model {self.model!r} "
                 f"(it serves: {', '.join(served)})"
             )
 
-    async def _list_models(self) -> Any:
-        """``GET /models``, within the request deadline (a dripping server cannot hold it)."""
+    async def _list_models(self) -> bytes:
+        """``GET /models`` (the raw body), within the request deadline (a dripping server
+        cannot hold it)."""
         if self.deadline is None:
-            return await self._client.models.list()
+            return await self._client.get("/models", cast_to=bytes)
         try:
             async with asyncio.timeout(self.deadline):
-                return await self._client.models.list()
+                return await self._client.get("/models", cast_to=bytes)
         except TimeoutError:
             raise EndpointUnreachableError(
                 f"world-model endpoint {self.base_url} does not answer: "
@@ -366,18 +480,71 @@ def _history_problem(history: list[Step]) -> str | None:
     return None
 
 
-def _content(completion: ChatCompletion) -> str | None:
-    choices = getattr(completion, "choices", None)
-    if not choices:
-        raise MalformedPredictionError("the completion has no choices")
-    choice = choices[0]
-    content = choice.message.content if choice.message is not None else None
+def _content(choice: _Choice) -> str | None:
     if choice.finish_reason == "length":
         raise TruncatedAnswerError(
             "the answer was cut by the length limit (finish_reason=length): raise --max-tokens "
             "(the model card uses 32768)"
         )
-    return content
+    return choice.content
+
+
+def _first_choice(body: bytes) -> _Choice:
+    """The first choice of the chat completion in *body*; :class:`NotACompletionError`
+    naming what came back instead (``answered <what>, not an OpenAI chat completion…``)."""
+    data = _json_body(body)
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        shape = f"keys: {', '.join(map(str, data))[:80]}" if isinstance(data, dict) else "no keys"
+        what = "JSON with no choices" if isinstance(data, dict) and "choices" in data else "JSON"
+        raise _not_a_completion(f"{what} ({shape})", body)
+    message = choices[0].get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if content is not None and not isinstance(content, str):
+        raise _not_a_completion("JSON whose choices[0].message.content is not a string", body)
+    finish = choices[0].get("finish_reason")
+    return _Choice(content, finish if isinstance(finish, str) else None)
+
+
+def _json_body(body: bytes) -> Any:
+    """*body* decoded as UTF-8 JSON; :class:`NotACompletionError` saying why it is not."""
+    if not body.strip():
+        raise NotACompletionError(
+            f"an empty body ({len(body)} bytes), not an OpenAI chat completion"
+        )
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        where = f"byte 0x{body[error.start]:02x} at offset {error.start} of {len(body)}"
+        raise _not_a_completion(f"a body that is not valid UTF-8 ({where})", body) from None
+    head = text.lstrip()[:512].lower()
+    if head.startswith("<") and any(tag in head for tag in _HTML_TAGS):
+        raise _not_a_completion("an HTML page", body)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        what = f"a body that is not JSON ({error.msg}: char {error.pos} of {len(text)})"
+        raise _not_a_completion(what, body) from None
+
+
+def _not_a_completion(what: str, body: bytes) -> NotACompletionError:
+    preview = body[:_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace")
+    more = "…" if len(body) > _PREVIEW_BYTES else ""
+    return NotACompletionError(
+        f"{what}, not an OpenAI chat completion: {_short(repr(preview))}{more}"
+    )
+
+
+def _served_models(body: bytes) -> list[str]:
+    """The model ids of a ``GET /models`` answer; [] when it is not a model list."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except ValueError:  # not UTF-8, not JSON: it answers, just not with a usable list
+        return []
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [str(e["id"]) for e in entries if isinstance(e, dict) and "id" in e]
 
 
 def _status_failure(error: openai.APIStatusError, base_url: str) -> str:
