@@ -14,9 +14,34 @@ import shlex
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 FORMAT_VERSION: Final = 1
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(
+            "contains a NUL character (\\u0000), which a command line, path or "
+            "environment variable cannot carry"
+        )
+    return value
+
+
+OsText = Annotated[str, AfterValidator(_no_nul)]
+"""Text handed to the operating system (a command, a path, an environment variable):
+a NUL would cut it short there, so it is refused. Observations and other text
+may hold NULs (a program's real output can)."""
+
+Command = Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]
+"""A command line: not empty, no NUL."""
 
 
 class Domain(StrEnum):
@@ -48,7 +73,7 @@ class CommandAction(Strict):
     """Run one shell command to completion; exit code and cwd come back structured."""
 
     type: Literal["command"] = "command"
-    command: str = Field(min_length=1)
+    command: Command
     timeout: float | None = Field(default=None, gt=0, description="seconds; overrides the run's")
 
     @property
@@ -309,10 +334,10 @@ class McpServer(Strict):
     """
 
     bundled: McpBundled | None = None
-    command: str | None = Field(default=None, min_length=1)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = Field(default=None, description="working folder (relative paths in calls)")
+    command: Command | None = None
+    args: list[OsText] = Field(default_factory=list)
+    env: dict[OsText, OsText] = Field(default_factory=dict)
+    cwd: OsText | None = Field(default=None, description="working folder (relative paths in calls)")
 
     @model_validator(mode="after")
     def _one_source(self) -> McpServer:
@@ -330,14 +355,14 @@ class EnvSpec(Strict):
     """
 
     backend: Literal["local", "docker", "browser", "mcp", "search", "desktop", "adb"] = "local"
-    project: str | None = Field(
+    project: OsText | None = Field(
         default=None,
         description="a named environment the backend prepares (an SWE repository, a web site): "
         "sandboxes/<domain>/<project>/",
     )
-    workdir: str | None = None
-    setup: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    workdir: OsText | None = None
+    setup: list[OsText] = Field(default_factory=list)
+    env: dict[OsText, OsText] = Field(default_factory=dict)
     description: str | None = Field(default=None, description="shown to the world model")
     initial_observation: str | None = Field(
         default=None,

@@ -15,7 +15,7 @@ from fidelity.compare import CompareConfig, Factory, comparator_factory
 from fidelity.compare.base import Comparator, CompareContext, StepComparison
 from fidelity.compare.consistency import check_consistency, entity_source
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
-from fidelity.formats.jsonl import confine_paths, read_numbered
+from fidelity.formats import dataset
 from fidelity.model import Domain, Observation, Step, Trajectory
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import (
@@ -118,21 +118,24 @@ def load_suite(
 ) -> list[Trajectory]:
     """Read a suite or dataset, check its domain and resolve its paths.
 
+    Any dataset form the gate reads: a JSONL file (plain, ``.gz``, ``.zst``),
+    Parquet, or a folder or glob of shards (:mod:`fidelity.formats.dataset`).
     Relative ``env.workdir`` and ``@file`` setup entries are resolved against
-    the file's folder, so a suite can be run from anywhere; every such path must
-    stay inside that folder or *allowed_roots* (see :func:`confine_paths`).
+    the folder of the file (shard) they are in, so a suite can be run from anywhere;
+    every such path must stay inside that folder or *allowed_roots* (see
+    :func:`~fidelity.formats.jsonl.confine_paths`).
     """
     path = Path(path)
-    numbered = read_numbered(path)
+    numbered = dataset.read_all(path)
     if domain is not None:
         domain = check_domain(domain)
-        for _, trajectory in numbered:
+        for _, _, trajectory in numbered:
             if trajectory.domain != domain:
                 raise UsageError(
                     f"{path}: trajectory {trajectory.id!r} is domain {trajectory.domain.value!r}, "
                     f"not {domain.value!r} (pass --domain {trajectory.domain.value})"
                 )
-    return confine_paths(numbered, path, allowed_roots)
+    return dataset.confined(numbered, allowed_roots)
 
 
 def single_domain(trajectories: list[Trajectory], path: str | os.PathLike[str]) -> Domain:

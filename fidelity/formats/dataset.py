@@ -14,21 +14,21 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Collection, Iterator
+import zlib
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import ValidationError
-
 from fidelity.errors import InputFormatError, NotFoundError
-from fidelity.formats.jsonl import field_path
+from fidelity.formats.jsonl import PathConfiner, parse_line
 from fidelity.model import Trajectory
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 """The shard formats a dataset may mix."""
 
 _PARQUET_BATCH = 1024
+_ZSTD_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,8 @@ def shard_lines(index: int, path: Path) -> Iterator[Line]:
                     yield Line(index, path, number, text)
         except UnicodeDecodeError as exc:
             raise InputFormatError(str(path), None, None, f"not UTF-8 text ({exc.reason})") from exc
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error, _Undecodable) as exc:
+            # a shard that does not decompress to its end is refused whole, never read short
             raise InputFormatError(str(path), None, None, f"cannot read ({exc})") from exc
 
 
@@ -120,19 +121,55 @@ def trajectories(source: str | os.PathLike[str]) -> Iterator[Trajectory]:
 
 
 def parse_trajectory(text: str, path: str, number: int) -> Trajectory:
-    """Validate one JSON object (straight from its text); errors name ``path:number`` and field."""
-    try:
-        return Trajectory.model_validate_json(text)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        if first["type"] == "json_invalid":
-            raise InputFormatError(path, number, None, f"invalid JSON ({first['msg']})") from exc
-        if first["type"] == "model_type":
-            raise InputFormatError(path, number, None, "expected a JSON object") from exc
-        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise InputFormatError(
-            path, number, field_path(first["loc"]), first["msg"] + extra
-        ) from exc
+    """Validate one JSON object (straight from its text); errors name ``path:number`` and field.
+
+    The same parser as a JSONL file's (:func:`fidelity.formats.jsonl.parse_line`), so a
+    dataset and a suite accept and refuse the same lines with the same messages.
+    """
+    return parse_line(text, path, number)
+
+
+def read_all(source: str | os.PathLike[str]) -> list[tuple[Path, int, Trajectory]]:
+    """Every trajectory of *source* (any dataset form), validated, with its shard and line.
+
+    For commands that hold the whole suite in memory (``audit``, ``replay``,
+    ``simulate``). Ids must be unique across shards; an empty dataset is refused.
+    """
+    read: list[tuple[Path, int, Trajectory]] = []
+    seen: dict[str, tuple[Path, int]] = {}
+    for line in lines(source):
+        trajectory = line.parse()
+        first = seen.setdefault(trajectory.id, (line.path, line.number))
+        if first != (line.path, line.number):
+            where = f"on line {first[1]}" if first[0] == line.path else f"at {first[0]}:{first[1]}"
+            raise InputFormatError(
+                str(line.path), line.number, "id", f"duplicate id {trajectory.id!r} (first {where})"
+            )
+        read.append((line.path, line.number, trajectory))
+    if not read:
+        what = "file" if Path(source).is_file() else "dataset"
+        raise InputFormatError(str(source), None, None, f"no trajectories in {what}")
+    return read
+
+
+def confined(
+    read: Sequence[tuple[Path, int, Trajectory]],
+    allowed_roots: Sequence[str | os.PathLike[str]] | None = (),
+) -> list[Trajectory]:
+    """The trajectories of :func:`read_all` with their env paths resolved against their shard.
+
+    Each shard's folder is a root for its own trajectories, as for one file
+    (:func:`fidelity.formats.jsonl.confine_paths`); ``allowed_roots=None`` resolves
+    without confining.
+    """
+    confiners: dict[Path, PathConfiner] = {}
+    result = []
+    for shard, number, trajectory in read:
+        confiner = confiners.get(shard)
+        if confiner is None:
+            confiner = confiners[shard] = PathConfiner(shard, allowed_roots)
+        result.append(confiner.confine(trajectory, number))
+    return result
 
 
 def _without_nulls(value: Any) -> Any:
@@ -153,15 +190,74 @@ def _open_text(path: Path) -> IO[str]:
         if path.name.endswith(".gz"):
             return gzip.open(path, "rt", encoding="utf-8")
         if path.name.endswith(".zst"):
-            import zstandard
-
-            raw = zstandard.ZstdDecompressor().stream_reader(path.open("rb"))
-            return io.TextIOWrapper(raw, encoding="utf-8")
+            frames = io.BufferedReader(_ZstdFrames(path.open("rb")), _ZSTD_CHUNK)
+            return io.TextIOWrapper(frames, encoding="utf-8")
         return path.open(encoding="utf-8")
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: no such file") from exc
     except OSError as exc:
         raise NotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+class _Undecodable(Exception):
+    """A compressed shard whose data cannot be decoded (corrupt, or cut short)."""
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a zstd file, every frame to the file's end.
+
+    zstandard's ``stream_reader`` stops after the first frame by default, and even
+    across frames it takes a file cut inside a frame for a clean end: either way a
+    damaged shard would read as a smaller one. Here a frame left unfinished at the
+    end of the file, or data that does not decode, raises :class:`_Undecodable`.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        import zstandard
+
+        super().__init__()
+        self._raw = raw
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._error: type[Exception] = zstandard.ZstdError
+        self._frame: Any = None  # the frame being decoded (a zstandard decompressobj)
+        self._pending = memoryview(b"")  # decoded bytes not handed out yet
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = self._raw.read(_ZSTD_CHUNK)
+            if not chunk:
+                if self._frame is not None:
+                    raise _Undecodable("zstd: the file ends inside a frame, it was cut short")
+                return 0
+            self._pending = memoryview(self._decoded(chunk))
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def _decoded(self, data: bytes) -> bytes:
+        """The bytes *data* decodes to, starting a new frame wherever one ends."""
+        out = []
+        try:
+            while data:
+                if self._frame is None:
+                    self._frame = self._decompressor.decompressobj()
+                out.append(self._frame.decompress(data))
+                if not self._frame.eof:
+                    break
+                data, self._frame = self._frame.unused_data, None
+        except self._error as exc:
+            raise _Undecodable(f"zstd: {exc}") from exc
+        return b"".join(out)
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
 
 
 def _parquet_rows(index: int, path: Path) -> Iterator[Line]:
@@ -175,12 +271,29 @@ def _parquet_rows(index: int, path: Path) -> Iterator[Line]:
                 "SELECT to_json(t)::VARCHAR FROM read_parquet(?) t", [str(path)]
             )
         except duckdb.Error as exc:
-            message = str(exc).strip().splitlines()[0]
-            raise InputFormatError(str(path), None, None, f"not Parquet ({message})") from exc
+            raise InputFormatError(
+                str(path), None, None, f"not a readable Parquet file ({_first_line(exc)})"
+            ) from exc
         number = 0
-        while batch := cursor.fetchmany(_PARQUET_BATCH):
+        while batch := _fetched(cursor, path, number):
             for (text,) in batch:
                 number += 1
                 yield Line(index, path, number, json.dumps(_without_nulls(json.loads(text))))
     finally:
         connection.close()
+
+
+def _fetched(cursor: Any, path: Path, read: int) -> list[Any]:
+    """The next batch of rows; a shard that breaks mid-read is refused whole, never read short."""
+    import duckdb
+
+    try:
+        return list(cursor.fetchmany(_PARQUET_BATCH))
+    except duckdb.Error as exc:
+        raise InputFormatError(
+            str(path), None, None, f"cannot read Parquet after row {read} ({_first_line(exc)})"
+        ) from exc
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]

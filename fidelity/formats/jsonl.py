@@ -12,7 +12,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -66,13 +66,20 @@ def parse_line(line: str, path: str, number: int) -> Trajectory:
 
     A valid line is parsed and validated in one pass by pydantic (in Rust, about
     twice as fast as ``json.loads`` then validation). Any line that pass refuses
-    goes through :func:`_parse_checked`, which names the error as before or, for
-    JSON only Python's parser takes (a lone surrogate), returns the trajectory.
+    goes through :func:`_parse_checked`, which names the error as before, or
+    returns the trajectory for JSON only Python's parser takes (numbers past
+    pydantic's range). A lone surrogate escape (``"\\ud800"``) and nesting deeper
+    than :data:`MAX_DEPTH` are refused there: neither is text a sandbox, the store
+    or a report can carry.
     """
     try:
         return Trajectory.model_validate_json(line)
     except ValidationError:
         return _parse_checked(line, path, number)
+
+
+MAX_DEPTH = 200
+"""How deeply objects and arrays may nest below a line's top-level object (pydantic's limit)."""
 
 
 def _parse_checked(line: str, path: str, number: int) -> Trajectory:
@@ -83,10 +90,13 @@ def _parse_checked(line: str, path: str, number: int) -> Trajectory:
         raise InputFormatError(
             path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
         ) from exc
+    except RecursionError:
+        raise InputFormatError(path, number, None, _TOO_DEEP) from None
     if not isinstance(data, dict):
         raise InputFormatError(
             path, number, None, f"expected a JSON object, got {type(data).__name__}"
         )
+    _check_text(data, path, number)
     try:
         return Trajectory.model_validate(data)
     except ValidationError as exc:
@@ -94,6 +104,55 @@ def _parse_checked(line: str, path: str, number: int) -> Trajectory:
         field = field_path(first["loc"])
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise InputFormatError(path, number, field, first["msg"] + extra) from exc
+
+
+_TOO_DEEP = f"invalid JSON (nested deeper than {MAX_DEPTH} levels)"
+
+
+def _check_text(data: dict[str, Any], path: str, number: int) -> None:
+    """Refuse nesting past :data:`MAX_DEPTH` and strings holding a lone surrogate (named by field).
+
+    Walked without recursion, so no depth of input can exhaust Python's stack.
+    """
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if isinstance(value, str):
+            if not _is_text(value):
+                raise InputFormatError(path, number, _dotted(loc), _SURROGATE)
+            continue
+        if len(loc) > MAX_DEPTH and isinstance(value, dict | list):
+            raise InputFormatError(path, number, None, _TOO_DEEP)
+        if isinstance(value, dict):
+            for key in value:
+                if not _is_text(key):
+                    raise InputFormatError(path, number, _dotted((*loc, "[key]")), _SURROGATE)
+            items: list[tuple[int | str, Any]] = list(value.items())
+        elif isinstance(value, list):
+            items = list(enumerate(value))
+        else:
+            continue
+        stack.extend((item, (*loc, key)) for key, item in reversed(items))  # document order
+
+
+_SURROGATE = (
+    "not valid text: a lone surrogate escape (\\ud800-\\udfff without its pair) "
+    "encodes no character"
+)
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str | None:
+    """A location in parsed JSON as a dotted path (no union tags to drop, unlike pydantic's)."""
+    return ".".join(str(part) for part in loc) or None
+
+
+def _is_text(value: str) -> bool:
+    """Whether *value* is encodable text (``json.loads`` lets a lone surrogate through)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def confine_paths(

@@ -135,6 +135,26 @@ class _Worker:
         return not self._thread.is_alive()
 
 
+def _home_folder(temp_root: str | None) -> Path:
+    """A fresh folder for Chromium's HOME, marked with its owner (:func:`sweep_stale` removes
+    it when that process died without closing the browser)."""
+    home = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX, dir=temp_root))
+    (home / "owner.pid").write_text(str(os.getpid()))
+    return home
+
+
+def _home_env(home: Path) -> dict[str, str]:
+    """HOME and the XDG folders inside *home*: what Chromium and dconf write (crash reports,
+    ``.config/chromium``, ``.cache/dconf``) goes there, never to ``$TMPDIR`` itself."""
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_RUNTIME_DIR": str(home),
+    }
+
+
 class _Browser:
     """Playwright, Chromium and the current context; touched only on the worker thread."""
 
@@ -142,16 +162,22 @@ class _Browser:
         from playwright.sync_api import sync_playwright
 
         self.config = config
-        self.playwright: Playwright = sync_playwright().start()
+        self.home = _home_folder(config.temp_root)
+        try:
+            self.playwright: Playwright = sync_playwright().start()
+        except BaseException:
+            shutil.rmtree(self.home, ignore_errors=True)
+            raise
         try:
             self.browser = self.playwright.chromium.launch(
                 executable_path=config.executable,
                 headless=True,
                 args=[*CHROMIUM_FLAGS, f"{OWNER_FLAG}={os.getpid()}", f"{_TOKEN_FLAG}={token}"],
-                env={"TZ": config.timezone, "LANG": "C.UTF-8", "HOME": tempfile.gettempdir()},
+                env={"TZ": config.timezone, "LANG": "C.UTF-8", **_home_env(self.home)},
             )
         except BaseException:
             self.playwright.stop()
+            shutil.rmtree(self.home, ignore_errors=True)
             raise
         self.context: BrowserContext | None = None
         self.pages: list[Page] = []
@@ -453,6 +479,8 @@ class BrowserSandbox(Sandbox):
                 stopped = False
         if not worker.stop(timeout=5) or not stopped:
             kill_marked(f"{_TOKEN_FLAG}={self._token}")
+        if browser is not None:  # Chromium is gone (closed or killed): its HOME goes too
+            shutil.rmtree(browser.home, ignore_errors=True)
 
     def _check_available(self) -> None:
         if not shutil.which(self.config.executable):
