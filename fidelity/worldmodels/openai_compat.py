@@ -502,8 +502,19 @@ def _first_choice(body: bytes) -> _Choice:
     content = message.get("content") if isinstance(message, dict) else None
     if content is not None and not isinstance(content, str):
         raise _not_a_completion("JSON whose choices[0].message.content is not a string", body)
+    if content is not None and not _encodable(content):
+        raise _not_a_completion("JSON whose content holds a lone surrogate escape", body)
     finish = choices[0].get("finish_reason")
     return _Choice(content, finish if isinstance(finish, str) else None)
+
+
+def _encodable(text: str) -> bool:
+    """Whether *text* is valid Unicode (JSON's ``\\ud800`` escapes decode to lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_body(body: bytes) -> Any:

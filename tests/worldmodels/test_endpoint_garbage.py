@@ -50,6 +50,7 @@ GARBAGE: dict[str, tuple[str, bytes, int | None]] = {
     "not-a-completion": ("application/json", b'{"result": "queued", "ticket": 7}', None),
     "empty": ("application/json", b"", None),
     "no-choices": ("application/json", json.dumps({**_HEAD, "choices": []}).encode(), None),
+    "lone-surrogate": ("application/json", _COMPLETION.replace(b'"ok"', b'"a\\ud800b"'), None),
 }
 #: what the step's error says came back, per kind
 SAYS = {
@@ -60,6 +61,7 @@ SAYS = {
     "not-a-completion": "answered JSON (keys: result, ticket), not an OpenAI chat completion",
     "empty": "answered an empty body (0 bytes), not an OpenAI chat completion",
     "no-choices": "answered JSON with no choices (keys: id, object, created, model, choices",
+    "lone-surrogate": "answered JSON whose content holds a lone surrogate escape, not an OpenAI",
 }
 
 
