@@ -14,6 +14,7 @@ nox.options.sessions = ["lint", "typecheck", "tests"]
 
 RUFF = "ruff==0.17.5"
 MYPY = "mypy==2.4.1"
+MKDOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}  # Material's end-of-life banner, printed on every build
 
 
 # pip, not uv: the CPU build of torch (for the real `transformers serve` tests) comes
@@ -22,6 +23,8 @@ MYPY = "mypy==2.4.1"
 def tests(session: nox.Session) -> None:
     """The whole test suite, real sandboxes included (CI=true makes missing ones fail)."""
     session.install("-e", ".[test]")
+    site = Path(session.create_tmp()) / "site"  # under .nox/: ignored
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site), env=MKDOCS_ENV)
     session.run("pytest", *session.posargs)
 
 
