@@ -40,7 +40,6 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
 from array import array
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -49,12 +48,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fidelity import pipeline
+from fidelity import gate_outputs, pipeline
 from fidelity.analysis.cells import trajectory_horizons
 from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
 from fidelity.audit import code_version, new_run_id
 from fidelity.compare import CompareConfig
-from fidelity.errors import InputFormatError, UsageError
+from fidelity.compare.normalize import TRUNCATE_AT
+from fidelity.errors import InputFormatError, UsageError, writing
 from fidelity.executors import ExecutorConfig, ShardSink, get_executor
 from fidelity.executors.ray import map_on_cluster
 from fidelity.formats.dataset import shard_lines
@@ -93,6 +93,13 @@ class GateOptions(BaseModel):
     )
     compare: CompareConfig = Field(
         default_factory=CompareConfig, description="normalization rules and thresholds"
+    )
+    observation_cap: int = Field(
+        default=TRUNCATE_AT,
+        ge=1,
+        description="characters stored per observation text, the dataset's and the replay's "
+        "alike (audit's cap): a longer one is cut by the comparator's truncation rule and "
+        "flagged truncated",
     )
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
@@ -202,8 +209,13 @@ def gate_dataset(
     ``("scan", n)`` as trajectories are read, ``("total:real", n)`` and
     ``("real", 1)`` per replayed trajectory of the sample, and ``("total:write",
     n)`` and ``("write", n)`` as trajectories are decided.
+
+    What a stopped (killed) gate left in the output folder is settled first, and
+    said on stderr (:func:`fidelity.gate_outputs.recover`).
     """
     report = progress or _quiet
+    gate_outputs.recover_unlocked(options.output_dir)
+    gate_outputs.pause("recovered")
     scan = scan_dataset(
         options.dataset,
         options.sample,
@@ -614,6 +626,7 @@ def _verify(
                 "sandbox": sandbox,
                 "compare": options.compare,
                 "step_timeout": options.step_timeout,
+                "observation_cap": options.observation_cap,
             }
         )
         for t in trajectories
@@ -704,7 +717,7 @@ def _verified(
     )
 
 
-_OUTPUTS = ("admitted", "quarantined", "decisions")
+_OUTPUTS = gate_outputs.OUTPUTS
 
 
 def output_paths(out: Path) -> list[Path]:
@@ -727,43 +740,71 @@ def _write(
     Each shard is written to its own part files (here, or by a Ray task) in a
     hidden staging folder of the output folder; the joined layout concatenates
     them in shard order, the sharded layout keeps them as they are. The outputs
-    are renamed into place only once every shard is written (on an error,
-    nothing new appears and the staging folder is removed).
+    and then the manifest are renamed into place only once every shard is
+    written (:func:`fidelity.gate_outputs.install`: on an error or an interrupt,
+    nothing new appears and the staging folder is removed), all under the output
+    folder's lock, which a second gate writing there waits for.
     """
     out = options.output_dir
-    minimum = max(1, policy.for_domain(verdict.domain).min_trust_horizon or 0)
     out.mkdir(parents=True, exist_ok=True)
-    parts = Path(tempfile.mkdtemp(prefix=".gate-parts.", dir=out))
-    try:
-        for name in _OUTPUTS:
-            (parts / name).mkdir()
-        calls = [
-            (index, shard.path, parts, horizons, verdict, domain_horizon, minimum, options, run_id)
-            for index, shard, _ in _per_shard(scan)
-        ]
-        progress("total:write", scan.trajectories)
-        written = (
-            [write_shard(*call, progress=progress) for call in calls]
-            if options.executor != "ray"
-            else map_on_cluster(
-                write_shard,
-                calls,
-                options.ray_address,
-                lambda shard: progress("write", shard.counts["trajectories"]),
+    with gate_outputs.output_lock(out):
+        gate_outputs.recover(out)  # under the lock, every staging folder here is a dead gate's
+        parts = gate_outputs.new_staging(out)
+        try:
+            gate_outputs.pause("staged")
+            manifest, staged = _stage(
+                options, policy, scan, horizons, verdict, domain_horizon, run_id, progress, parts
             )
+            gate_outputs.pause("written")
+            previous = [out / gate_outputs.MANIFEST, *output_paths(out)]
+            gate_outputs.install(out, parts, staged, previous)
+            gate_outputs.pause("installed")
+        finally:
+            gate_outputs.remove_staging(parts)
+    return manifest
+
+
+def _stage(
+    options: GateOptions,
+    policy: Policy,
+    scan: Scan,
+    horizons: dict[str, int],
+    verdict: Verdict,
+    domain_horizon: int,
+    run_id: str,
+    progress: pipeline.ProgressCallback,
+    parts: Path,
+) -> tuple[Manifest, list[Path]]:
+    """Write every output and the manifest into the staging folder *parts*; returns the
+    manifest and the staged outputs."""
+    minimum = max(1, policy.for_domain(verdict.domain).min_trust_horizon or 0)
+    for name in _OUTPUTS:
+        (parts / name).mkdir()
+    calls = [
+        (index, shard.path, parts, horizons, verdict, domain_horizon, minimum, options, run_id)
+        for index, shard, _ in _per_shard(scan)
+    ]
+    progress("total:write", scan.trajectories)
+    written = (
+        [write_shard(*call, progress=progress) for call in calls]
+        if options.executor != "ray"
+        else map_on_cluster(
+            write_shard,
+            calls,
+            options.ray_address,
+            lambda shard: progress("write", shard.counts["trajectories"]),
         )
-        counts = _Tally()
-        verified: list[Decision] = []
-        for shard in written:
-            counts.absorb(shard.counts)
-            verified += shard.verified
-        staged = {name: parts / name for name in _OUTPUTS}
-        if options.layout == "joined":
-            for name in _OUTPUTS:
-                staged[name] = _join([shard.parts[name] for shard in written], parts, name)
-        finals = _install(staged, out, parts)
-    finally:
-        shutil.rmtree(parts)
+    )
+    counts = _Tally()
+    verified: list[Decision] = []
+    for shard in written:
+        counts.absorb(shard.counts)
+        verified += shard.verified
+    staged = {name: parts / name for name in _OUTPUTS}
+    if options.layout == "joined":
+        for name in _OUTPUTS:
+            staged[name] = _join([shard.parts[name] for shard in written], parts, name)
+    finals = {name: options.output_dir / path.name for name, path in staged.items()}
     manifest = Manifest(
         dataset=str(options.dataset),
         dataset_sha256=scan.sha256,
@@ -788,8 +829,10 @@ def _write(
         decisions_path=str(finals["decisions"]),
         decisions=verified,
     )
-    _write_json(out / "manifest.json", manifest.model_dump_json(indent=2))
-    return manifest
+    path = parts / gate_outputs.MANIFEST  # private folder: a plain file, mode as umask says
+    with writing(path):
+        path.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return manifest, [staged[name] for name in _OUTPUTS]
 
 
 class ShardWritten(BaseModel):
@@ -822,9 +865,9 @@ def write_shard(
     verified: list[Decision] = []
     counted = _Counted(progress, "write")
     with (
-        files["admitted"].open("w", encoding="utf-8") as admitted,
-        files["quarantined"].open("w", encoding="utf-8") as quarantined,
-        files["decisions"].open("w", encoding="utf-8") as decided,
+        _PartFile(files["admitted"]) as admitted,
+        _PartFile(files["quarantined"]) as quarantined,
+        _PartFile(files["decisions"]) as decided,
     ):
         for line in shard_lines(index, path):
             counted.one()
@@ -836,19 +879,41 @@ def write_shard(
             counts.add(decision)
             if decision.verified:
                 verified.append(decision)
-            decided.write(decision.model_dump_json() + "\n")
+            decided.write(decision.model_dump_json())
             meta = dict(data.get("meta") or {})
             if decision.outcome == "admitted":
                 meta.update(gate_run_id=run_id, gate_verified=decision.verified)
                 if decision.steps_kept < decision.steps:
                     meta.update(cut_at=decision.steps_kept, original_steps=decision.steps)
                     data["steps"] = steps[: decision.steps_kept]
-                admitted.write(_dump({**data, "meta": meta}) + "\n")
+                admitted.write(_dump({**data, "meta": meta}))
             else:
                 meta["quarantine_reason"] = decision.reason
-                quarantined.write(_dump({**data, "meta": meta}) + "\n")
+                quarantined.write(_dump({**data, "meta": meta}))
     counted.flush()
     return ShardWritten(parts=files, counts=counts.values, verified=verified)
+
+
+class _PartFile:
+    """A part file written a line at a time; an error that names no file (a full disk's)
+    names this one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with writing(path):
+            self.handle = path.open("w", encoding="utf-8")
+
+    def write(self, line: str) -> None:
+        """Append *line* and a newline."""
+        with writing(self.path):
+            self.handle.write(line + "\n")
+
+    def __enter__(self) -> _PartFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with writing(self.path):
+            self.handle.close()
 
 
 def _join(parts: Sequence[Path], staging: Path, name: str) -> Path:
@@ -857,43 +922,11 @@ def _join(parts: Sequence[Path], staging: Path, name: str) -> Path:
     if len(parts) == 1:
         os.replace(parts[0], joined)
         return joined
-    with joined.open("wb") as handle:
+    with writing(joined), joined.open("wb") as handle:
         for part in parts:
             with part.open("rb") as source:
                 shutil.copyfileobj(source, handle, 1 << 20)
     return joined
-
-
-def _install(staged: dict[str, Path], out: Path, staging: Path) -> dict[str, Path]:
-    """Rename each staged output into *out*; returns where they now are.
-
-    A previous gate's manifest and then its outputs of the same name in either
-    layout (``NAME.jsonl`` or ``NAME/``) are first moved into *staging* (removed
-    with it), so *out* holds one layout, and no manifest until the new one is
-    written: where a manifest is, the outputs beside it are all its gate's. A
-    rename that fails (or a Ctrl-C between renames) undoes the ones done, so
-    *out* is as it was; only a SIGKILL here leaves it without a manifest.
-    """
-    replaced = staging / "replaced"
-    replaced.mkdir()
-    done: list[tuple[Path, Path]] = []
-    try:
-        for old in [out / "manifest.json", *output_paths(out)]:
-            if old.exists() or old.is_symlink():
-                _rename(old, replaced / old.name, done)
-        finals = {name: out / path.name for name, path in staged.items()}
-        for name, path in staged.items():
-            _rename(path, finals[name], done)
-    except BaseException:
-        for source, target in reversed(done):  # the old manifest comes back last
-            os.replace(target, source)
-        raise
-    return finals
-
-
-def _rename(source: Path, target: Path, done: list[tuple[Path, Path]]) -> None:
-    os.replace(source, target)
-    done.append((source, target))
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -972,15 +1005,3 @@ def _dataset_sha256(paths: Sequence[Path], digests: Sequence[str]) -> str:
         return digests[0]
     joined = "\n".join(f"{d}  {p.name}" for p, d in zip(paths, digests, strict=True))
     return hashlib.sha256(joined.encode()).hexdigest()
-
-
-def _write_json(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

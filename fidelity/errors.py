@@ -16,7 +16,10 @@ codes in one place (:func:`exit_code_for`):
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
+from collections.abc import Iterator
 
 EXIT_GATE_FAIL = 1
 EXIT_USAGE = 2
@@ -159,3 +162,15 @@ def describe_os_error(error: OSError) -> str:
     reason = error.strerror or str(error)
     where = error.filename if error.filename is not None else None
     return f"{where}: {reason}" if where is not None else reason
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An ``OSError`` raised inside that names no file (a write's ENOSPC names none) is
+    raised again naming *path*, the file being written, so its one-line error says where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc

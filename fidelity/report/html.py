@@ -22,6 +22,7 @@ from markupsafe import Markup
 
 from fidelity import __version__
 from fidelity.analysis.models import RunSummary
+from fidelity.errors import writing
 from fidelity.report import view
 from fidelity.resources import data_dir
 
@@ -91,14 +92,14 @@ def write_report(
 
     The page is rendered first, then written to a temporary file beside *path*
     and renamed over it, so *path* is either the old file or the complete new
-    one. Missing parent folders are created.
+    one. Missing parent folders are created. A failed write (a full disk) names *path*.
     """
     target = Path(path)
     html = render_report(summary, verdict)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+        with writing(target), os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(html)
             handle.flush()
             os.fsync(handle.fileno())
