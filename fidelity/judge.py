@@ -36,82 +36,68 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity import store_queries as queries
-from fidelity.errors import (
-    EndpointUnreachableError,
-    MalformedPredictionError,
-    NotFoundError,
-    UnknownDomainError,
-    UsageError,
+from fidelity.errors import NotFoundError
+from fidelity.judge_config import JudgeConfig
+from fidelity.judging import (
+    DIMENSIONS,
+    JUDGE_PROMPTS,
+    STEP_TEMPLATE,
+    SYSTEM_TEMPLATE,
+    JudgmentParseError,
+    StepToJudge,
+    _check,
+    client,
+    judge_messages,
+    judge_step,
+    judge_system,
+    normalized,
+    overall_score,
+    parse_scores,
+    parse_verdict,
 )
 from fidelity.model import EnvSpec, Observation, Step, Trajectory
 from fidelity.store import ACTION, JudgmentRecord, Store, TrajectoryRecord
-from fidelity.worldmodels.cache import ResponseCache, request_key
-from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel, RequestFailedError
-from fidelity.worldmodels.prompting import OFFICIAL_JUDGE, _template, layout, strip_thinking
+from fidelity.task import JudgedRecord, StoredStep, StoredVariant, TrajectoryTask, task_steps
 
 if TYPE_CHECKING:
     from fidelity.executors import ExecutorConfig
-    from fidelity.task import TrajectoryTask
 
-DIMENSIONS = ("format", "factuality", "consistency", "realism", "quality")
-"""AgentWorldBench's judge dimensions, each scored 1-5."""
+__all__ = [
+    "DIMENSIONS",
+    "JUDGE_PROMPTS",
+    "STEP_TEMPLATE",
+    "SYSTEM_TEMPLATE",
+    "Agreement",
+    "JudgeConfig",
+    "JudgeResult",
+    "JudgmentParseError",
+    "StepToJudge",
+    "client",
+    "domain_means",
+    "judge_agreement",
+    "judge_messages",
+    "judge_run",
+    "judge_step",
+    "judge_system",
+    "judge_tasks",
+    "normalized",
+    "overall_score",
+    "parse_scores",
+    "parse_verdict",
+    "spearman",
+    "task_steps",
+]
 
-JUDGE_PROMPTS = "judge"
-SYSTEM_TEMPLATE = "system.md.j2"
-STEP_TEMPLATE = "step.md.j2"
-_JSON_START = re.compile(r"\{")
 _FLUSH_EVERY = 50
 
 Progress = Callable[[str, int], None]
-
-
-class JudgeConfig(BaseModel):
-    """Where the judge runs and what it sees."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    url: str = Field(min_length=1, description="OpenAI-compatible base URL (…/v1)")
-    model: str = Field(min_length=1)
-    api_key: str = "EMPTY"
-    concurrency: int = Field(default=8, ge=1)
-    limit: int | None = Field(default=None, ge=1, description="judge at most this many steps")
-    timeout: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=4, ge=0)
-    deadline: float = Field(default=300.0, gt=0, description="seconds per request in all")
-    backoff_base: float = Field(default=0.5, ge=0)
-    max_tokens: int = Field(default=32768, ge=1)
-    temperature: float = Field(default=0.6, ge=0, description="the reference judge's temperature")
-    history_steps: int | None = Field(
-        default=None,
-        ge=0,
-        description="earlier steps shown (latest ones); None: all, as the reference",
-    )
-    max_chars: int | None = Field(
-        default=None, ge=200, description="characters shown per observation; None: uncut"
-    )
-    prompts_dir: Path | None = Field(default=None, description="prompts folder holding judge/")
-    cache: Path | None = Field(default=None, description="response cache (DuckDB); None: off")
-
-    def describe(self) -> dict[str, str]:
-        """What is stored with each judgment (no API key)."""
-        return {
-            "url": self.url,
-            "model": self.model,
-            "temperature": str(self.temperature),
-            "history_steps": str(self.history_steps),
-            "max_chars": str(self.max_chars),
-            "prompts": str(self.prompts_dir or "bundled"),
-        }
 
 
 class Agreement(BaseModel):
@@ -152,85 +138,14 @@ class JudgeResult(BaseModel):
     agreement: Agreement
 
 
-@dataclass(frozen=True)
-class StepToJudge:
-    """One compared step and the texts the judge sees."""
-
-    trajectory_id: str
-    depth: int
-    mode: str
-    sample: int
-    variables: dict[str, Any]
-
-
-class JudgmentParseError(MalformedPredictionError):
-    """The judge answered, but not with a JSON verdict holding five scores from 1 to 5."""
-
-
-def parse_verdict(content: str | None) -> tuple[dict[str, float], float]:
-    """The five scores and the total score (1-5) of a judge answer.
-
-    ``<think>`` sections are removed and the last JSON object of the answer
-    holding ``scores`` (fenced or not) is read: ``scores`` maps every
-    dimension to a number from 1 to 5; ``total_score`` (1-5) is the verdict,
-    the mean of the scores when the judge left it out. Raises
-    :class:`JudgmentParseError` otherwise.
-    """
-    data = _last_verdict(strip_thinking(content or ""))
-    if data is None:
-        raise JudgmentParseError('no JSON verdict with "scores" in the judge\'s answer')
-    raw = data["scores"]
-    missing = [d for d in DIMENSIONS if d not in raw]
-    if missing:
-        raise JudgmentParseError(f"the verdict's scores miss {missing}")
-    scores = {name: _one_to_five(name, raw[name]) for name in DIMENSIONS}
-    total = data.get("total_score")
-    if total is None:
-        return scores, sum(scores.values()) / len(scores)
-    return scores, _one_to_five("total_score", total)
-
-
-def _one_to_five(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 5:
-        raise JudgmentParseError(f"score {name}={value!r} is not a number from 1 to 5")
-    return float(value)
-
-
-def _last_verdict(text: str) -> dict[str, Any] | None:
-    """The last JSON object in *text* whose ``scores`` is an object."""
-    decoder = json.JSONDecoder()
-    found: dict[str, Any] | None = None
-    for match in _JSON_START.finditer(text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except (json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(value, dict) and isinstance(value.get("scores"), dict):
-            found = value
-    return found
-
-
-def parse_scores(content: str | None) -> dict[str, float]:
-    """The five scores (1-5) of a judge answer (see :func:`parse_verdict`)."""
-    return parse_verdict(content)[0]
-
-
-def normalized(value: float) -> float:
-    """AgentWorldBench's rescaling of a 1-5 score: ``(x - 1) / 4 * 100``."""
-    return (value - 1.0) / 4.0 * 100.0
-
-
-def overall_score(scores: dict[str, float]) -> float:
-    """The mean of the normalized scores over the dimensions (when no total is given)."""
-    return sum(normalized(scores[d]) for d in DIMENSIONS) / len(DIMENSIONS)
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Spearman's rho (average ranks for ties); None with < 3 pairs or a constant side."""
     if len(x) != len(y):
         raise ValueError("spearman needs two sequences of the same length")
     if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
         return None
+    import pandas as pd  # the judge's agreement only: nothing else of a run needs it
+
     ranks_x = pd.Series(list(x), dtype=float).rank()
     ranks_y = pd.Series(list(y), dtype=float).rank()
     rho = ranks_x.corr(ranks_y)  # Pearson on average ranks
@@ -277,8 +192,6 @@ def judge_tasks(
     Returns (tasks, compared steps selected, of those already judged validly
     by this judge: left out).
     """
-    from fidelity.task import StoredStep, StoredVariant, TrajectoryTask
-
     rows = queries.rows(
         store, "judge_load_steps", [run_id, config.limit if config.limit is not None else 2**62]
     )
@@ -335,95 +248,12 @@ def _trajectory(
     return Trajectory(id=tid, domain=domain, env=spec, steps=steps, source="real")
 
 
-def task_steps(task: TrajectoryTask) -> list[StepToJudge]:
-    """The steps a judging task asks about, with the texts the judge sees, in a stable order."""
-    config = task.judge
-    if config is None:
-        return []
-    history = [
-        (s.action.model_dump_json(), s.observation.text, s.observation.exit_code)
-        for s in task.trajectory.steps
-        if s.observation is not None
-    ]
-    description = (task.trajectory.env.description or "").strip()
-    steps = []
-    for variant in task.stored:
-        for stored in variant.steps:
-            depth = stored.depth
-            first = 0 if config.history_steps is None else max(0, depth - 1 - config.history_steps)
-            earlier = history[first : depth - 1]
-            cut = None if config.max_chars is None else config.max_chars // 4
-            action = task.trajectory.steps[depth - 1].action.model_dump_json()
-            variables = {
-                "domain": task.trajectory.domain.value,
-                "description": description,
-                "depth": depth,
-                "history": [_shown(a, text, code, cut) for a, text, code in earlier],
-                "omitted_steps": max(0, depth - 1 - len(earlier)),
-                "action": action,
-                "real": _shown(action, stored.real.text, stored.real.exit_code, config.max_chars),
-                "sim": _shown(action, stored.sim.text, stored.sim.exit_code, config.max_chars),
-            }
-            steps.append(
-                StepToJudge(task.trajectory.id, depth, variant.mode, variant.sample, variables)
-            )
-    return steps
-
-
 def _real_history(store: Store, run_id: str) -> dict[str, list[tuple[str, str, int | None]]]:
     rows = queries.rows(store, "judge_real_history", [run_id])
     history: dict[str, list[tuple[str, str, int | None]]] = {}
     for tid, action, text, exit_code in rows:
         history.setdefault(tid, []).append((action, text, exit_code))
     return history
-
-
-def _shown(action: str, text: str, exit_code: int | None, limit: int | None) -> dict[str, Any]:
-    """An observation as the template shows it: text (cut at *limit* characters), exit code."""
-    if limit is None:
-        return {"action": action, "text": text, "exit_code": exit_code}
-    cut = len(text) > limit
-    return {
-        "action": action,
-        "text": text[:limit] + ("\n[… cut by fidelity]" if cut else ""),
-        "exit_code": exit_code,
-    }
-
-
-def judge_system(domain: str, prompts_dir: Path | None = None) -> str:
-    """The judge system prompt of *domain*.
-
-    ``<domain>/judge_system_prompt.txt`` of *prompts_dir* (the official layout)
-    verbatim when it is there, else ``judge/system.md.j2`` rendered for *domain*.
-    """
-    if prompts_dir is not None:
-        official = Path(prompts_dir) / domain / OFFICIAL_JUDGE
-        if official.is_file():
-            return official.read_text(encoding="utf-8")
-    try:
-        template = _template(JUDGE_PROMPTS, SYSTEM_TEMPLATE, _judge_templates(prompts_dir))
-    except UnknownDomainError as error:
-        raise UsageError(f"judge prompts missing: {error}") from error
-    return template.render(dimensions=DIMENSIONS, domain=domain).strip()
-
-
-def _judge_templates(prompts_dir: Path | None) -> Path | None:
-    """An official layout has no judge templates of ours: the step message is the bundled one."""
-    return None if prompts_dir is not None and layout(prompts_dir) == "official" else prompts_dir
-
-
-def judge_messages(step: StepToJudge, prompts_dir: Path | None = None) -> list[dict[str, str]]:
-    """System and user message of the judge request for *step*."""
-    domain = str(step.variables.get("domain", ""))
-    system = judge_system(domain, prompts_dir)
-    try:
-        user = _template(JUDGE_PROMPTS, STEP_TEMPLATE, _judge_templates(prompts_dir))
-    except UnknownDomainError as error:
-        raise UsageError(f"judge prompts missing: {error}") from error
-    return [
-        {"role": "system", "content": system},
-        {"role": "user", "content": user.render(**step.variables).strip()},
-    ]
 
 
 async def _judge_tasks(
@@ -466,8 +296,6 @@ async def _judge_tasks(
             pending.clear()
 
     def keep(record: TrajectoryRecord) -> None:
-        from fidelity.task import JudgedRecord
-
         # a worker lost twice comes back as a plain failed record: its steps stay unjudged
         add(record.judgments if isinstance(record, JudgedRecord) else [])
 
@@ -478,70 +306,6 @@ async def _judge_tasks(
         executor.close()
         store.write_judgments(run_id, config.describe(), list(pending.values()))
     return list(done.values())
-
-
-def client(config: JudgeConfig) -> OpenAICompatWorldModel:
-    """The world-model client, sampling like the reference judge (temperature only)."""
-    return OpenAICompatWorldModel(
-        config.url,
-        config.model,
-        api_key=config.api_key,
-        timeout=config.timeout,
-        max_retries=config.max_retries,
-        temperature=config.temperature,
-        top_p=None,
-        top_k=None,
-        max_tokens=config.max_tokens,
-        prompts_dir=config.prompts_dir,
-        backoff_base=config.backoff_base,
-        cache=ResponseCache(config.cache) if config.cache is not None else None,
-        deadline=config.deadline,
-    )
-
-
-async def _check(client: OpenAICompatWorldModel, config: JudgeConfig) -> None:
-    try:
-        await client.check()
-    except EndpointUnreachableError as error:
-        raise _unreachable(config) from error
-
-
-def _unreachable(config: JudgeConfig) -> EndpointUnreachableError:
-    return EndpointUnreachableError(
-        f"judge endpoint {config.url} does not answer: start the server or pass --judge-url "
-        "with the URL of a running OpenAI-compatible endpoint (stored judgments are kept)"
-    )
-
-
-async def judge_step(
-    client: OpenAICompatWorldModel, step: StepToJudge, config: JudgeConfig
-) -> JudgmentRecord:
-    """One judgment: scores, or a judge failure naming what went wrong.
-
-    Only answers that parse are cached, so a rerun asks again where the judge
-    failed. Raises :class:`EndpointUnreachableError` when the endpoint refuses
-    every connection attempt.
-    """
-    key = (step.trajectory_id, step.depth, step.mode, step.sample)
-    messages = judge_messages(step, config.prompts_dir)
-    cache_key = request_key(config.model, messages, client.sampling(), 0)
-    hit, content = client.cache.get(cache_key) if client.cache else (False, None)
-    try:
-        if not hit:
-            content = await client.complete(messages)
-        scores, total = parse_verdict(content)
-    except EndpointUnreachableError as error:
-        raise _unreachable(config) from error
-    except (RequestFailedError, MalformedPredictionError) as error:
-        message = str(error) if isinstance(error, RequestFailedError) else _named(error)
-        return JudgmentRecord(*key, scores=None, overall=None, error=message, raw=content)
-    if client.cache is not None and not hit:
-        client.cache.put(cache_key, config.model, 0, client.sampling(), content)
-    return JudgmentRecord(*key, scores=scores, overall=normalized(total), raw=content)
-
-
-def _named(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}"
 
 
 def _result(

@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from fidelity.compare.base import StepComparison
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
@@ -53,7 +52,7 @@ from fidelity.model import Action, Observation, Trajectory
 from fidelity.processes import alive
 
 if TYPE_CHECKING:
-    from fidelity.store_shards import ShardReceipt
+    import numpy
 
 DEFAULT_DB = "fidelity.duckdb"
 
@@ -351,6 +350,19 @@ class TrajectoryRecord:
     def variants(self) -> list[SimVariant]:
         """Every simulation of the trajectory, the first one included."""
         return [SimVariant(self.mode, 0, self.sim, self.comparisons), *self.extra]
+
+
+class ShardReceipt(BaseModel):
+    """What a Ray worker hands back instead of its records: which trajectories, where
+    (the Parquet shard of :mod:`fidelity.store_shards`, merged by :class:`RecordBuffer`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    folder: Path = Field(description="the complete shard folder")
+    trajectory_ids: list[str]
+    failed: dict[str, str] = Field(
+        default_factory=dict, description="trajectories whose sandbox failed: id -> error"
+    )
 
 
 class RecordBuffer:
@@ -1224,6 +1236,8 @@ _JSON_LIST = json.JSONEncoder().encode
 def _array(cells: list[Any]) -> numpy.ndarray[Any, Any]:
     """Numbers and booleans without NULLs as a native array; anything else as Python objects
     (``fromiter``: a list of lists stays one object per cell, never a 2-D array)."""
+    import numpy  # only writers need it: reading commands (``fidelity runs``) start faster
+
     if isinstance(cells[0], bool | int | float) and None not in cells:
         return numpy.array(cells)
     return numpy.fromiter(cells, dtype=object, count=len(cells))

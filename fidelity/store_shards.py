@@ -23,27 +23,15 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from fidelity.store import WRITTEN, ShardReceipt, Store, TrajectoryRecord, sql_string
 
-from fidelity.store import WRITTEN, Store, TrajectoryRecord, sql_string
+__all__ = ["MERGE_BATCH", "PARTIAL", "ShardReceipt", "merge_left_over", "write_shard"]
 
 PARTIAL = ".partial-"
 """The name prefix of a shard folder still being written."""
 
 MERGE_BATCH = 256
 """Shards merged per transaction by :func:`merge_left_over`."""
-
-
-class ShardReceipt(BaseModel):
-    """What a worker hands back instead of its records: which trajectories, where."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    folder: Path = Field(description="the complete shard folder")
-    trajectory_ids: list[str]
-    failed: dict[str, str] = Field(
-        default_factory=dict, description="trajectories whose sandbox failed: id -> error"
-    )
 
 
 def write_shard(records: Sequence[TrajectoryRecord], root: Path) -> ShardReceipt:

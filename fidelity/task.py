@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,16 +37,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from fidelity import pipeline
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import truncate
-from fidelity.judge import JudgeConfig
+from fidelity.judge_config import JudgeConfig
 from fidelity.model import Observation, Trajectory
 from fidelity.sandboxes import SandboxConfig
 from fidelity.store import JudgmentRecord, SimVariant, TimedObservation, TrajectoryRecord
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import WorldModelConfig
-from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
 
 if TYPE_CHECKING:
-    from fidelity.executors.base import JudgmentCallback
+    from fidelity.judging import StepToJudge
+    from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
+
+JudgmentCallback = Callable[[JudgmentRecord], None]
+"""Called on the driver's event loop with each judgment as soon as it is answered."""
 
 T = TypeVar("T")
 
@@ -224,7 +227,7 @@ class TaskRunner:
         """
         if task.judge is None:
             return []
-        from fidelity import judge as judging  # judge.py builds tasks: imported when run
+        from fidelity import judging  # the judge's client (openai): imported when a task judges
 
         config = task.judge
         client = self.judges.get(config) or self.judges.setdefault(config, judging.client(config))
@@ -237,7 +240,7 @@ class TaskRunner:
             self.progress("judge", 1)
             return record
 
-        return await gather_or_cancel(map(one, judging.task_steps(task)))
+        return await gather_or_cancel(map(one, task_steps(task)))
 
     async def simulate(
         self,
@@ -360,3 +363,40 @@ def _record(
         real.error,
         extra=variants[1:],
     )
+
+
+def task_steps(task: TrajectoryTask) -> list[StepToJudge]:
+    """The steps a judging task asks about, with the texts the judge sees, in a stable order."""
+    config = task.judge
+    if config is None:
+        return []
+    from fidelity.judging import StepToJudge, shown
+
+    history = [
+        (s.action.model_dump_json(), s.observation.text, s.observation.exit_code)
+        for s in task.trajectory.steps
+        if s.observation is not None
+    ]
+    description = (task.trajectory.env.description or "").strip()
+    steps = []
+    for variant in task.stored:
+        for stored in variant.steps:
+            depth = stored.depth
+            first = 0 if config.history_steps is None else max(0, depth - 1 - config.history_steps)
+            earlier = history[first : depth - 1]
+            cut = None if config.max_chars is None else config.max_chars // 4
+            action = task.trajectory.steps[depth - 1].action.model_dump_json()
+            variables = {
+                "domain": task.trajectory.domain.value,
+                "description": description,
+                "depth": depth,
+                "history": [shown(a, text, code, cut) for a, text, code in earlier],
+                "omitted_steps": max(0, depth - 1 - len(earlier)),
+                "action": action,
+                "real": shown(action, stored.real.text, stored.real.exit_code, config.max_chars),
+                "sim": shown(action, stored.sim.text, stored.sim.exit_code, config.max_chars),
+            }
+            steps.append(
+                StepToJudge(task.trajectory.id, depth, variant.mode, variant.sample, variables)
+            )
+    return steps

@@ -8,18 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fidelity.task import JudgmentCallback
+
 if TYPE_CHECKING:
     from fidelity.pipeline import Replayed
-    from fidelity.store import JudgmentRecord, TrajectoryRecord
-    from fidelity.store_shards import ShardReceipt
+    from fidelity.store import ShardReceipt, TrajectoryRecord
     from fidelity.task import TrajectoryTask
     from fidelity.worldmodels.base import WorldModel
 
+__all__ = ["Executor", "JudgmentCallback", "RecordCallback", "ShardSink"]
+
 RecordCallback = Callable[["TrajectoryRecord"], None]
 """Called on the driver with each finished record (in completion order)."""
-
-JudgmentCallback = Callable[["JudgmentRecord"], None]
-"""Called on the driver's event loop with each judgment as soon as it is answered."""
 
 
 @dataclass(frozen=True)

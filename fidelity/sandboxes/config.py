@@ -5,7 +5,7 @@ Each backend module defines one config class deriving from
 shell) with a ``type: Literal["name"]`` discriminator. Configs are plain data:
 they serialize (``model_dump_json``), so a trajectory task carrying one can be
 shipped to another process or machine and rebuilt there with :meth:`build`.
-The registry in :mod:`fidelity.sandboxes` maps ``type`` to the backend's
+The registry (:mod:`fidelity.sandboxes.registry`) maps ``type`` to the backend's
 factory, sweeper and domains.
 """
 
@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from fidelity.sandboxes.registry import backend
 
 if TYPE_CHECKING:
     from fidelity.model import EnvSpec, Observation
@@ -32,26 +34,19 @@ class SandboxConfigBase(BaseModel):
 
     def build(self) -> Sandbox:
         """An unstarted sandbox of this backend configured by this config."""
-        from fidelity.sandboxes import backend
-
-        return backend(self.type).build(self)
+        sandbox: Sandbox = backend(self.type).build(self)
+        return sandbox
 
     def sweep(self) -> int:
         """Remove what sandboxes of this backend left behind when their run was killed."""
-        from fidelity.sandboxes import backend
-
         return backend(self.type).sweep()
 
     @contextlib.contextmanager
     def lease(self, env: EnvSpec) -> Iterator[tuple[Sandbox, Observation]]:
         """A sandbox reset to *env* and its initial observation; closed (or pooled) afterwards."""
-        from fidelity.sandboxes import backend
-
         entry = backend(self.type)
         if entry.pooled:
-            from fidelity.sandboxes.pool import shared_pool
-
-            with shared_pool(self).lease(env) as leased:
+            with entry.shared_pool(self).lease(env) as leased:
                 yield leased, leased.last_reset or _empty()
             return
         sandbox = self.build()

@@ -62,7 +62,7 @@ def reap(owner: int, backends: list[str]) -> int:
     A failure (e.g. the Docker daemon went away meanwhile) is written to
     ``$TMPDIR/fidelity-reaper-OWNER.log``; the next audit's sweep retries.
     """
-    from fidelity.sandboxes import sweep_owner
+    from fidelity.sandboxes.registry import sweep_owner
 
     removed = 0
     for backend in backends:

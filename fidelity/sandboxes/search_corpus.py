@@ -21,12 +21,12 @@ import hashlib
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from fidelity.errors import SandboxUnavailableError
 from fidelity.sandboxes.images import cache_dir
@@ -112,8 +112,6 @@ def _add_tantivy(folder: Path, log: Log) -> None:
     if (folder / "tantivy" / "meta.json").is_file():
         return
     try:
-        from fidelity.sandboxes.search_engines import build_tantivy
-
         with sqlite3.connect(f"file:{folder / 'pages.sqlite'}?mode=ro", uri=True) as db:
             pages = [
                 Page(*row)
@@ -124,6 +122,29 @@ def _add_tantivy(folder: Path, log: Log) -> None:
         log("search: tantivy index built")
     except ImportError:
         log("search: tantivy is not installed; SQLite FTS5 only")
+
+
+def build_tantivy(folder: Path, pages: Sequence[Page]) -> None:
+    """Write a tantivy index of *pages* under ``folder/tantivy`` (ImportError without tantivy)."""
+    import tantivy
+
+    schema = _tantivy_schema(tantivy)
+    target = folder / "tantivy"
+    target.mkdir(exist_ok=True)
+    index = tantivy.Index(schema, path=str(target))
+    writer = index.writer(heap_size=100_000_000, num_threads=1)
+    for page in pages:
+        writer.add_document(tantivy.Document(url=page.url, title=page.title, body=page.body))
+    writer.commit()
+    writer.wait_merging_threads()
+
+
+def _tantivy_schema(tantivy: Any) -> Any:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("url", stored=True, tokenizer_name="raw")
+    builder.add_text_field("title", stored=False, tokenizer_name="en_stem")
+    builder.add_text_field("body", stored=False, tokenizer_name="en_stem")
+    return builder.build()
 
 
 def iter_pages() -> Iterator[Page]:

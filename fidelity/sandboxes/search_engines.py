@@ -154,29 +154,6 @@ class Fts5Engine:
         self._pages.close()
 
 
-def build_tantivy(folder: Path, pages: Sequence[Page]) -> None:
-    """Write a tantivy index of *pages* under ``folder/tantivy`` (ImportError without tantivy)."""
-    import tantivy
-
-    schema = _tantivy_schema(tantivy)
-    target = folder / "tantivy"
-    target.mkdir(exist_ok=True)
-    index = tantivy.Index(schema, path=str(target))
-    writer = index.writer(heap_size=100_000_000, num_threads=1)
-    for page in pages:
-        writer.add_document(tantivy.Document(url=page.url, title=page.title, body=page.body))
-    writer.commit()
-    writer.wait_merging_threads()
-
-
-def _tantivy_schema(tantivy: Any) -> Any:
-    builder = tantivy.SchemaBuilder()
-    builder.add_text_field("url", stored=True, tokenizer_name="raw")
-    builder.add_text_field("title", stored=False, tokenizer_name="en_stem")
-    builder.add_text_field("body", stored=False, tokenizer_name="en_stem")
-    return builder.build()
-
-
 class TantivyEngine:
     """tantivy (PyPI): BM25 over title (boosted ×10) and body, English stemming."""
 

@@ -10,13 +10,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
+from typing import TYPE_CHECKING
 
 from fidelity.errors import NotFoundError, UsageError
 from fidelity.model import Action, CommandAction, Observation, Step, Trajectory, stable_hash
 from fidelity.worldmodels.base import WorldModel
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BASELINES = ("copy", "retrieval")
 NGRAM_RANGE = (1, 4)
@@ -87,6 +88,10 @@ class RetrievalBaseline(WorldModel):
     def __init__(self, corpus: list[Trajectory]) -> None:
         self._entries = sorted(_index(corpus), key=lambda e: (e.trajectory_id, e.depth))
         documents = [e.document for e in self._entries]
+        # NumPy and scikit-learn (0.7 s to import) only here: the copy baseline needs neither
+        import numpy as np
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
         if not documents:
             raise UsageError("the retrieval baseline needs a corpus with observed steps")
         self._vectorizer = TfidfVectorizer(
@@ -122,12 +127,16 @@ class RetrievalBaseline(WorldModel):
     def similarities(self, action: Action) -> np.ndarray:
         """Cosine similarity of *action* to every indexed action (sorted by id, depth)."""
         query = self._vectorizer.transform([action.render()])
+        import numpy as np
+
         # TF-IDF rows are L2-normalised, so the dot product is the cosine.
         return np.asarray((self._matrix @ query.T).toarray()).ravel()
 
     @staticmethod
     def _best(scores: np.ndarray, eligible: np.ndarray) -> int:
         """Index of the best eligible score; entries are sorted, so ties go to the first."""
+        import numpy as np
+
         masked = np.where(eligible, scores, -np.inf)
         return int(np.flatnonzero(masked >= masked.max() - _TIE)[0])
 
