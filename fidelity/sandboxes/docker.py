@@ -442,6 +442,7 @@ class DockerSandbox(Sandbox):
         left = [] if internal else self._stdin_thieves()  # e.g. `cat` typed as keystrokes
         containment.kill_all(left, self._stdin_link)
         oom_before, hits_before = self._oom_kills(), self._pid_hits()
+        full_before = self._tmpfs_full()
         self._pids_before = self._pids()
         self._stolen = []
         step = shell.run(command, timeout, lambda running: self._watch(running, internal))
@@ -456,8 +457,11 @@ class DockerSandbox(Sandbox):
             thieves = [] if internal else self._stdin_thieves()
             if thieves:
                 containment.kill_all(thieves, self._stdin_link)
+            full = self._tmpfs_full()
             if oom:
                 error = f"SandboxLimit: memory limit of {self.config.max_memory_mb} MB reached (OOM kill)"
+            elif full and full != full_before:
+                error = f"SandboxLimit: {full}"
             elif thieves:
                 error = containment.STDIN_THIEF.format(pids=thieves)
             elif left or self._stolen:
@@ -646,6 +650,26 @@ class DockerSandbox(Sandbox):
             max(self._pid_baseline, self._pids_before),
             int(self.config.max_processes * 0.5),
         )
+
+    def _tmpfs_full(self) -> str | None:
+        """Which of the container's ``/tmp`` and ``/dev/shm`` tmpfs mounts is full now, if any.
+
+        Read through the shell's ``/proc/PID/root`` (its mount namespace): a write
+        that filled one fails inside with ENOSPC and the command goes on, so the
+        step is told here, as under bubblewrap.
+        """
+        if not self._shell_host_pid:
+            return None
+        sizes = {"/tmp": f"{self.config.tmp_size_mb} MB", "/dev/shm": "64 MB"}
+        for mount, size in sizes.items():
+            blocks, inodes = containment.filesystem_full(
+                Path(f"/proc/{self._shell_host_pid}/root{mount}")
+            )
+            if inodes:
+                return f"inode limit of {self.config.max_inodes} files reached ({mount})"
+            if blocks:
+                return f"disk quota of {size} exceeded ({mount})"
+        return None
 
     def _limit_hit(self) -> str | None:
         """The disk quota or inode bound of the writable layer, when exceeded (polled)."""

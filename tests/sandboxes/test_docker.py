@@ -80,6 +80,20 @@ def test_disk_fill_is_stopped(sandbox: DockerSandbox, workdir: Path) -> None:
     assert run(sandbox, "rm -f f*; echo cleaned").text == "cleaned\n"
 
 
+@pytest.mark.parametrize("area", ["/tmp", "/dev/shm"])
+def test_filling_a_tmpfs_is_a_sandbox_limit(terminal_image: str, workdir: Path, area: str) -> None:
+    # A full tmpfs fails the write inside (ENOSPC) and the command goes on: the step says so.
+    with DockerSandbox(DockerConfig(image=terminal_image, step_timeout=20, tmp_size_mb=16)) as box:
+        box.reset(EnvSpec(workdir=str(workdir)))
+        fill = run(box, f"head -c 80M /dev/zero > {area}/fill; echo done", timeout=20)
+        assert fill.text.endswith("done\n") and "No space left" in fill.text
+        assert fill.error is not None and fill.error.startswith("SandboxLimit: ")
+        assert f"({area})" in fill.error
+        again = run(box, "echo still full")  # not reported again while it stays full
+        assert again.error is None and again.text == "still full\n"
+        assert run(box, f"rm -f {area}/fill; echo cleaned").text == "cleaned\n"
+
+
 def test_hardening(sandbox: DockerSandbox, workdir: Path) -> None:
     sandbox.reset(EnvSpec(workdir=str(workdir)))
     info = run(sandbox, "id -u; hostname; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status").text
