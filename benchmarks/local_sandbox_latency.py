@@ -1,8 +1,12 @@
 """Per-step latency of the local (bubblewrap) sandbox against a fresh sandbox per command.
 
-The naive way starts one ``bwrap … bash -c CMD`` per command (no persistent
-shell, so no cwd or environment carried between steps). Prints median and p95
-per step for both, the ratio, and the cost of a reset (copy + git setup).
+The naive way starts one ``bash -c CMD`` per command in a fresh sandbox (no
+persistent shell, so no cwd or environment carried between steps) with the
+same containment as the persistent shell: the same bwrap arguments, its own
+uid, the sandbox's cgroups and ``prlimit`` bounds (``LocalSandbox._argv``).
+A bare ``bwrap --unshare-all … bash -c CMD`` (no cgroups, no uid, no limits)
+is printed for reference. Prints median and p95 per step, the ratio of the
+naive way to the persistent shell, and the cost of a reset (copy + git setup).
 
     python benchmarks/local_sandbox_latency.py [--steps 200]
 """
@@ -30,54 +34,44 @@ COMMANDS = [
 ]
 
 
-def persistent(steps: int, env: EnvSpec) -> list[float]:
-    timings = []
-    with LocalSandbox() as box:
+BARE = [
+    "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+    "--dev", "/dev", "--tmpfs", "/tmp",
+    # the workspace belongs to the sandbox uid, not to bare bwrap's: git must still read it
+    "--setenv", "GIT_CONFIG_COUNT", "1", "--setenv", "GIT_CONFIG_KEY_0", "safe.directory",
+    "--setenv", "GIT_CONFIG_VALUE_0", "*",
+]  # fmt: skip
+BARE_MOUNT = "/tmp/workspace"  # the read-only / has no /workspace to mount on
+
+
+def interleaved(steps: int, env: EnvSpec) -> tuple[list[float], list[float], list[float]]:
+    """Seconds per step of the three ways, taking turns so each sees the same machine load.
+
+    The persistent shell, then a fresh sandbox contained as the persistent shell is
+    (the same cgroups, uid and bwrap arguments: ``LocalSandbox._argv``), then a
+    bare bwrap (no cgroups, uid or limits), all over the same prepared workspace.
+    """
+    fast, slow, bare = [], [], []
+    with LocalSandbox() as box, LocalSandbox() as fresh:
         box.reset(env)
+        fresh.reset(env)  # the same copy + git history, cgroups and uid for the fresh sandboxes
+        assert fresh._root is not None
+        workspace = fresh._root / ("work" if fresh._mounted else "") / "workspace"
         for index in range(steps):
+            command = COMMANDS[index % len(COMMANDS)]
             started = time.perf_counter()
-            box.step(CommandAction(command=COMMANDS[index % len(COMMANDS)]))
-            timings.append(time.perf_counter() - started)
-    return timings
-
-
-def naive(steps: int, env: EnvSpec) -> list[float]:
-    """One throwaway bubblewrap + bash per command over the same prepared workspace."""
-    timings = []
-    with LocalSandbox() as box:
-        box.reset(env)  # the same copy + git history, then bind it into fresh sandboxes
-        assert box._root is not None
-        workspace = str(box._root / "workspace")
-        for index in range(steps):
+            box.step(CommandAction(command=command))
+            fast.append(time.perf_counter() - started)
             started = time.perf_counter()
-            subprocess.run(
-                [
-                    "bwrap",
-                    "--unshare-all",
-                    "--die-with-parent",
-                    "--ro-bind",
-                    "/",
-                    "/",
-                    "--proc",
-                    "/proc",
-                    "--dev",
-                    "/dev",
-                    "--tmpfs",
-                    "/tmp",
-                    "--bind",
-                    workspace,
-                    "/workspace",
-                    "--chdir",
-                    "/workspace",
-                    "bash",
-                    "-c",
-                    COMMANDS[index % len(COMMANDS)],
-                ],
-                capture_output=True,
-                check=False,
-            )
-            timings.append(time.perf_counter() - started)
-    return timings
+            proc = fresh.popen(fresh._argv(["/bin/bash", "--noprofile", "--norc", "-c", command]))
+            proc.communicate()
+            slow.append(time.perf_counter() - started)
+            assert proc.returncode == 0, proc.returncode
+            started = time.perf_counter()
+            bind = ["--bind", str(workspace), BARE_MOUNT, "--chdir", BARE_MOUNT]
+            subprocess.run([*BARE, *bind, "bash", "-c", command], capture_output=True, check=True)
+            bare.append(time.perf_counter() - started)
+    return fast, slow, bare
 
 
 def resets(count: int, env: EnvSpec) -> list[float]:
@@ -101,15 +95,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     env = load_suite(default_suite("terminal"))[0].env
-    fast = persistent(args.steps, env)
-    slow = naive(args.steps, env)
+    fast, slow, reference = interleaved(args.steps, env)
     reset = resets(20, env)
     print(f"local sandbox, {args.steps} steps of {len(COMMANDS)} realistic commands")
-    print(f"  persistent bash in bwrap : {_ms(fast)}")
-    print(f"  fresh bwrap per command  : {_ms(slow)}")
-    print(
-        f"  ratio (naive / persistent, medians): {statistics.median(slow) / statistics.median(fast):.1f}x"
-    )
+    print(f"  persistent bash in bwrap               : {_ms(fast)}")
+    print(f"  fresh bwrap per command, same bounds   : {_ms(slow)}")
+    print(f"  fresh bare bwrap per command (no bounds): {_ms(reference)}")
+    ratio = statistics.median(slow) / statistics.median(fast)
+    print(f"  ratio (fresh same bounds / persistent, medians): {ratio:.2f}x")
+    ratio = statistics.median(reference) / statistics.median(fast)
+    print(f"  ratio (fresh bare / persistent, medians): {ratio:.2f}x")
     print(f"  reset (copy workdir + git setup + shell): {_ms(reset)}")
     print_replay(default_suite("terminal"), "--sandbox", "local")
 

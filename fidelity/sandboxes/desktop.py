@@ -10,11 +10,20 @@ accessibility tree on request and kills everything when its stdin closes, so
 the desktop dies with the audit even when the audit is SIGKILLed.
 
 ``step`` runs an OSWorld action: ``WAIT`` (sleep), ``DONE``/``FAIL`` (no-op),
-or pyautogui code in a fresh process under bubblewrap that sees only this
-desktop's X socket and home (no network, no other display, ``FAILSAFE`` off
-as OSWorld sets it). Then the tree is read until two reads are equal
-(bounded); the observation's text is OSWorld's linearised table, its state
-the XML tree (``tree``), the action's error and an optional screenshot path.
+or pyautogui code in the desktop's *action runner* (:data:`_ACTION_SERVER`):
+one Python process per desktop, started at ``reset`` under bubblewrap so that
+it sees only this desktop's X socket and home (no network, no other display,
+``FAILSAFE`` off as OSWorld sets it). It imports pyautogui once and runs one
+action per JSON line on stdin, each in fresh globals with pyautogui's
+settings, the environment and the working folder put back as they were, and
+answers the action's exit status on stdout; what the action writes on stderr
+comes through its stderr pipe (the last line is the error). A runner that
+dies (a crash, ``os._exit``, a timeout: its sandbox is killed) is started
+again for the next action; it dies with the desktop (``close``, the token
+sweep, ``--die-with-parent`` when the audit is SIGKILLed). Then the tree is
+read until two reads are equal (bounded); the observation's text is OSWorld's
+linearised table, its state the XML tree (``tree``), the action's error and
+an optional screenshot path.
 """
 
 from __future__ import annotations
@@ -50,11 +59,52 @@ _OWNER_FLAG = "--fidelity-owner"
 _TOKEN_FLAG = "--fidelity-desktop"
 TOKEN_VAR = "FIDELITY_DESKTOP_TOKEN"
 _LEADER = Path(__file__).with_name("desktop_session.py")
-_RUNNER = (
-    "import sys, time, pyautogui\n"
-    "pyautogui.FAILSAFE = False\n"
-    "exec(compile(sys.argv[1], '<action>', 'exec'), {'pyautogui': pyautogui, 'time': time})\n"
-)
+_ACTION_SERVER = r"""
+import contextlib, json, os, sys, time, traceback
+
+requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+null = os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 0)  # an action can neither eat the next request nor forge an answer
+os.dup2(null, 1)
+os.close(null)
+import pyautogui
+
+pyautogui.FAILSAFE = False
+settings = {k: v for k, v in vars(pyautogui).items() if k.isupper()}
+environ, home = dict(os.environ), os.getcwd()
+
+
+def status(exc):
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+for line in requests:
+    code = json.loads(line)["code"]
+    fresh = {k: v.copy() if isinstance(v, (list, dict, set)) else v for k, v in settings.items()}
+    vars(pyautogui).update(fresh)
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(home)
+    try:
+        exec(compile(code, "<action>", "exec"), {"pyautogui": pyautogui, "time": time})
+        exit_code = 0
+    except SystemExit as exc:
+        exit_code = status(exc)
+    except BaseException:
+        traceback.print_exc()
+        exit_code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # the action closed it
+            stream.flush()
+    answers.write(json.dumps({"exit": exit_code}) + "\n")
+    answers.flush()
+"""
 REQUIRED_BINARIES = ("Xvfb", "openbox", "dbus-daemon", "xprop", "bwrap")
 SHOWN_HOME = "/home/user"
 """The home folder as observations show it (the live one is a fresh temporary folder)."""
@@ -217,6 +267,119 @@ class _Leader:
             self.proc.stdout.close()
 
 
+class _ActionRunner:
+    """One desktop's action runner (:data:`_ACTION_SERVER` under bubblewrap) and its pipes.
+
+    Started once per desktop; a runner that died or ran past an action's
+    timeout is killed and replaced by the caller. The stderr pipe is drained
+    while an action runs, so a chatty action cannot block on a full pipe.
+    """
+
+    _TAIL = 1 << 16  # stderr bytes kept per action (the last line is the error)
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._out = self.proc.stdout.fileno()
+        self._err = self.proc.stderr.fileno()
+        os.set_blocking(self._out, False)
+        os.set_blocking(self._err, False)
+        self._buffer = b""
+
+    def alive(self) -> bool:
+        """Whether the runner still runs."""
+        return self.proc.poll() is None
+
+    def run(self, code: str, timeout: float) -> tuple[int, str | None, bool]:
+        """Run *code*; ``(exit code, last stderr line when it failed, timed out)``."""
+        errors = bytearray()
+        self._read(self._err, errors)  # what earlier actions' threads left: not this action's
+        errors.clear()
+        stdin = self.proc.stdin
+        assert stdin is not None
+        with contextlib.suppress(OSError, ValueError):  # a dead runner: the read sees the end
+            stdin.write(json.dumps({"code": code}).encode() + b"\n")
+            stdin.flush()
+        line = self._answer(time.monotonic() + timeout, errors)
+        if line is None:
+            self.kill()
+            return -9, f"the action ran past {timeout:g} s", True
+        try:
+            exit_code = int(json.loads(line)["exit"]) if line else self._ended(errors)
+        except (ValueError, KeyError, TypeError):  # the action wrote into the channel
+            self.kill()
+            return 1, "the action wrote into the action runner's answer channel", False
+        lines = errors.decode(errors="replace").strip().splitlines()
+        return exit_code, (lines[-1] if exit_code and lines else None), False
+
+    def _answer(self, deadline: float, errors: bytearray) -> bytes | None:
+        """The answer line; b"" when the runner ended, None at *deadline*."""
+        watched = [self._out, self._err]
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            try:
+                ready = select.select(watched, [], [], max(left, 0))[0]
+            except (OSError, ValueError):  # closed by close() from another thread
+                return b""
+            if not ready and left <= 0:
+                return None
+            if self._err in ready and not self._read(self._err, errors):
+                watched.remove(self._err)  # the action closed its stderr: only stdout ends a run
+            if self._out in ready:
+                chunk = bytearray()
+                ended = not self._read(self._out, chunk)
+                self._buffer += chunk
+                if ended and b"\n" not in self._buffer:
+                    return b""
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _ended(self, errors: bytearray) -> int:
+        """The exit status of a runner whose answer channel closed, its last stderr gathered."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)  # exiting on its own: keep its status; else it is killed
+        self.signal()
+        self.proc.wait()
+        self._read(self._err, errors)
+        return self.kill()
+
+    def _read(self, fd: int, into: bytearray) -> bool:
+        """Append what *fd* has now (keeping the last :attr:`_TAIL` bytes); False at its end."""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return True
+            except (OSError, ValueError):
+                return False
+            if not chunk:
+                return False
+            into += chunk
+            del into[: -self._TAIL]
+
+    def signal(self) -> None:
+        """SIGKILL the runner's sandbox (from any thread); :meth:`kill` reaps it."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def kill(self) -> int:
+        """Kill, reap and close the runner; its exit status."""
+        self.signal()
+        code = self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        return code
+
+
 class DesktopSandbox(Sandbox):
     """A headless desktop driven by pyautogui, observed through AT-SPI (see module docstring)."""
 
@@ -230,7 +393,7 @@ class DesktopSandbox(Sandbox):
         self._root: Path | None = None
         self._display = ""
         self._closed = threading.Event()
-        self._step_proc: subprocess.Popen[bytes] | None = None
+        self._runner: _ActionRunner | None = None
         self._shots = 0
         self.last_timing = StepTiming()
 
@@ -277,10 +440,9 @@ class DesktopSandbox(Sandbox):
     def close(self) -> None:
         """Stop the desktop and everything it started; delete its folder. Idempotent."""
         self._closed.set()
-        proc = self._step_proc
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        runner = self._runner
+        if runner is not None:
+            runner.signal()  # ends an action in flight; _stop reaps it
         leader = self._leader
         if leader is not None and leader.proc.poll() is None:
             leader.proc.terminate()  # ends a dump in flight: the leader cleans up and exits
@@ -349,8 +511,12 @@ class DesktopSandbox(Sandbox):
                 f"the desktop did not start: {answer.get('error')} {' | '.join(log)}"
             )
         self._display = str(answer["display"])
+        self._runner = _ActionRunner(self.action_argv(["-c", _ACTION_SERVER]))
 
     def _stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.kill()
         leader, self._leader = self._leader, None
         if leader is not None:
             leader.stop()
@@ -362,39 +528,37 @@ class DesktopSandbox(Sandbox):
     # -- acting and observing --------------------------------------------------
 
     def _run_code(self, code: str, timeout: float) -> tuple[int, str | None, bool]:
-        """Run pyautogui *code* sandboxed; ``(exit code, last error line, timed out)``."""
+        """Run pyautogui *code* in the action runner; ``(exit code, last error line, timed out)``."""
+        with self._lock:
+            if self._root is None or self._closed.is_set():
+                raise SandboxError("the desktop sandbox was closed")
+            runner = self._runner
+            if runner is None or not runner.alive():  # it died (or timed out): a fresh one
+                if runner is not None:
+                    runner.kill()
+                runner = self._runner = _ActionRunner(self.action_argv(["-c", _ACTION_SERVER]))
+        result = runner.run(code, timeout)
+        if self._closed.is_set():
+            raise SandboxError("the desktop sandbox was closed while a step ran")
+        return result
+
+    def action_argv(self, python_args: list[str]) -> list[str]:
+        """bwrap confining a Python to this desktop's display and home, running *python_args*."""
         root = self._root
         if root is None:
             raise SandboxError("the desktop sandbox was closed")
         number = self._display.lstrip(":")
         socket = f"/tmp/.X11-unix/X{number}"
         home = str(root / "home")
-        argv = [
+        return [
             "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp", *_interpreter_binds(), "--bind", socket, socket, "--bind", home, home,
             "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "DISPLAY", self._display, "--setenv", "HOME", home,
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", self.config.locale,
             "--setenv", TOKEN_VAR, self.token, "--chdir", home,
-            sys.executable, "-c", _RUNNER, code,
+            sys.executable, *python_args,
         ]  # fmt: skip
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-        )
-        self._step_proc = proc
-        try:
-            _, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return -9, f"the action ran past {timeout:g} s", True
-        finally:
-            self._step_proc = None
-        if self._closed.is_set():
-            raise SandboxError("the desktop sandbox was closed while a step ran")
-        lines = stderr.decode(errors="replace").strip().splitlines()
-        return proc.returncode, (lines[-1] if proc.returncode and lines else None), False
 
     def _dump(self) -> str:
         with self._lock:

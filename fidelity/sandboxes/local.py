@@ -98,6 +98,8 @@ class LocalSandbox(Sandbox):
         self._pids_cgroup: Path | None = None
         self._hits_before = 0  # pids.events "max" when the step began
         self._count_before = 3  # sandbox processes when the step began (bwrap x2, bash)
+        self._oom_before = 0  # the memory cgroup's OOM kills when the step began
+        self._idle = False  # only bwrap x2 and an idle bash left: the readings below still hold
         self._mounted: list[Path] = []  # tmpfs mounts (root only), unmounted by close()
         self._full_at_start: str | None = None  # a bound already used up when the step began
         self._stdin_link: str | None = None  # the shell's stdin pipe, as /proc shows it
@@ -227,24 +229,24 @@ class LocalSandbox(Sandbox):
         if self._partial_keys:  # typed text without Enter: submit it so bash reads our line whole
             shell.send(b"\n")
             self._partial_keys = False
-        left = self._stdin_thieves()  # e.g. `cat` typed as keystrokes
+        left = [] if self._idle else self._stdin_thieves()  # e.g. `cat` typed as keystrokes
         containment.kill_all(left, self._stdin_link)
-        oom_before = self._cgroup.oom_kills() if self._cgroup is not None else 0
-        self._hits_before = self._pid_hits()
-        self._count_before = max(3, self._sandbox_count()) if self._uid else 3
-        self._full_at_start = self._limit_hit()
+        if not self._idle:
+            self._take_readings()
+        self._idle = False
         step = shell.run(command, timeout, self._watch)
         status, why = step.done, step.why
         if status is not None:
             self._background_jobs = status.jobs
+            self._idle = not status.jobs and self._only_the_shell_left()
             if self._under_process_pressure():
                 status, why = None, f"process limit of {self.config.max_processes} reached"
-        limit = self._new_limit(oom_before)
+        limit = self._new_limit()
         output = step.output
         if status is not None:
             self._cwd = status.cwd
             error = f"SandboxLimit: {limit}" if limit else None
-            thieves = self._stdin_thieves()
+            thieves = [] if self._idle else self._stdin_thieves()
             containment.kill_all(thieves, self._stdin_link)
             if error is None and thieves:
                 error = containment.STDIN_THIEF.format(pids=thieves)
@@ -279,6 +281,28 @@ class LocalSandbox(Sandbox):
             error=None if why == "timeout" else f"SandboxLimit: {why}",
         )
 
+    def _take_readings(self) -> None:
+        """The counters a step's limits are judged against: OOM kills, refused forks, tasks, full areas."""
+        self._oom_before = self._cgroup.oom_kills() if self._cgroup is not None else 0
+        self._hits_before = self._pid_hits()
+        self._count_before = max(3, self._sandbox_count()) if self._uid else 3
+        self._full_at_start = self._limit_hit()
+
+    def _only_the_shell_left(self) -> bool:
+        """Whether the sandbox holds just bwrap, its init and the idle shell (``pids.current``).
+
+        Then nothing in it can run until the next step: no process can take the
+        shell's stdin, fork, allocate or write, so the counters read after this
+        step are the next step's starting readings and its stdin scan finds nobody.
+        ``pids.current`` counts threads and unreaped zombies too: it only ever
+        overstates, and anything above the three means "not idle".
+        """
+        if self._pids_cgroup is None or self._uid is None:
+            return False
+        with contextlib.suppress(OSError, ValueError):
+            return int(containment.read_small(self._pids_cgroup / "pids.current")) <= 3
+        return False
+
     def _watch(self, step: Step) -> str | None:
         """While a command runs: a size or inode bound it used up (polled)."""
         hit = self._limit_hit()
@@ -288,6 +312,7 @@ class LocalSandbox(Sandbox):
         shell = self._shell
         if shell is None:
             raise SandboxError("the sandbox was closed while a step ran")
+        self._idle = False  # whatever the keys start runs on past this step
         shell.send(action.keys.encode())
         self._partial_keys = not action.keys.endswith("\n") and bool(action.keys)
         output = Output(self.config.max_output_bytes)
@@ -303,6 +328,7 @@ class LocalSandbox(Sandbox):
     # -- shell process ---------------------------------------------------------
 
     def _start_shell(self) -> None:
+        self._idle = False
         with self._lifecycle:  # close() from another thread either sees this shell or stops it
             if self._closed.is_set() or self._root is None:
                 raise SandboxError("the sandbox was closed while a step ran")
@@ -312,23 +338,27 @@ class LocalSandbox(Sandbox):
     def _spawn(self) -> None:
         assert self._env is not None and self._bwrap is not None
         try:
-            proc = subprocess.Popen(
-                self._argv(),
-                env={"PATH": SANDBOX_ENVIRONMENT["PATH"]},  # bwrap is PID 1 inside: no secrets
-                cwd="/",  # nor the auditor's folder (a shell exports PWD)
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,  # the status channel (bwrap's own errors come there too)
-                process_group=0,
-                user=self._uid,
-                group=self._uid,
-                extra_groups=[] if self._uid is not None else None,
-                close_fds=True,
-            )
+            proc = self.popen(self._argv())
         except OSError as exc:
             raise SandboxUnavailableError(f"cannot start bubblewrap: {exc}") from exc
         self._proc = proc
         self._shell = ShellSession(ProcessTransport(proc), self.config.max_output_bytes)
+
+    def popen(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start *argv* (this sandbox's :meth:`_argv`, or a variant) as its user, piped, own group."""
+        return subprocess.Popen(
+            argv,
+            env={"PATH": SANDBOX_ENVIRONMENT["PATH"]},  # bwrap is PID 1 inside: no secrets
+            cwd="/",  # nor the auditor's folder (a shell exports PWD)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,  # the status channel (bwrap's own errors come there too)
+            process_group=0,
+            user=self._uid,
+            group=self._uid,
+            extra_groups=[] if self._uid is not None else None,
+            close_fds=True,
+        )
 
     def _ready_check(self) -> None:
         """Fail fast with bwrap's own message when the sandbox cannot start."""
@@ -361,21 +391,25 @@ class LocalSandbox(Sandbox):
         for group in (self._pids_cgroup, self._cgroup and self._cgroup.path):
             if group:
                 with contextlib.suppress(OSError, ValueError):
-                    return [int(x) for x in (group / "cgroup.procs").read_text().split()]
+                    return [int(x) for x in containment.read_small(group / "cgroup.procs").split()]
         return containment.processes_of(self._uid) if self._uid is not None else []
 
     def _sandbox_count(self) -> int:
         """Tasks of the sandbox (``pids.current``), else its uid's processes, zombies included."""
         if self._pids_cgroup is not None:
             with contextlib.suppress(OSError, ValueError):
-                return int((self._pids_cgroup / "pids.current").read_text())
+                return int(containment.read_small(self._pids_cgroup / "pids.current"))
         return _count_processes(self._uid, zombies=True) if self._uid is not None else 0
 
     def _stdin_thieves(self) -> list[int]:
         """Processes besides bwrap and the shell holding the shell's stdin (root only)."""
-        return [pid for pid in self._holders() if pid not in self._stdin_owners]
+        if self._uid is None or self._stdin_link is None:
+            return []
+        others = [pid for pid in self._sandbox_pids() if pid not in self._stdin_owners]
+        return containment.fd_holders(others, self._stdin_link)  # the owners' fds: not read
 
-    def _argv(self) -> list[str]:
+    def _argv(self, command: list[str] | None = None) -> list[str]:
+        """bwrap in its cgroups and limits, running *command* (default: the persistent shell)."""
         assert self._root is not None and self._env is not None and self._bwrap is not None
         cfg = self.config
         argv = []
@@ -454,7 +488,7 @@ class LocalSandbox(Sandbox):
         ]
         for key, value in self._environment().items():
             argv += ["--setenv", key, value]
-        argv += ["--", *SHELL_ARGV]
+        argv += ["--", *(command or SHELL_ARGV)]
         return argv
 
     def _scratch_areas(self) -> list[str]:
@@ -546,7 +580,7 @@ class LocalSandbox(Sandbox):
         if self._uid is None:
             return False
         # bash's job table is exact at status time; /proc may not show a fresh fork yet
-        if not self._background_jobs and _count_processes(self._uid) <= 3:
+        if not self._background_jobs and (self._idle or _count_processes(self._uid) <= 3):
             return False
         # A fork bomb stalls below RLIMIT_NPROC as forks fail and retry; no agent command
         # legitimately leaves half the process budget running in the background. On a
@@ -560,12 +594,21 @@ class LocalSandbox(Sandbox):
             int(self.config.max_processes * 0.5),
         )
 
-    def _new_limit(self, oom_before: int) -> str | None:
-        """A bound the step ran into: the memory cgroup's OOM killer, or a full area."""
-        if self._cgroup is not None and self._cgroup.oom_kills() > oom_before:
-            return f"memory limit of {self.config.max_total_memory_mb} MB reached (OOM kill)"
+    def _new_limit(self) -> str | None:
+        """A bound the step ran into: the memory cgroup's OOM killer, or a full area.
+
+        When the step left the sandbox idle, what is read here is also where the
+        next step starts from (:meth:`_only_the_shell_left`).
+        """
+        oom = self._cgroup.oom_kills() if self._cgroup is not None else 0
         hit = self._limit_hit()
-        return hit if hit != self._full_at_start else None
+        oom_before, full_before = self._oom_before, self._full_at_start
+        if self._idle:
+            self._oom_before, self._full_at_start = oom, hit
+            self._hits_before, self._count_before = self._pid_hits(), 3
+        if oom > oom_before:
+            return f"memory limit of {self.config.max_total_memory_mb} MB reached (OOM kill)"
+        return hit if hit != full_before else None
 
     def _limit_hit(self) -> str | None:
         """Which size or inode bound of the writable areas is used up now, if any."""

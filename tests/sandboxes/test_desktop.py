@@ -209,6 +209,50 @@ def test_action_timeout_is_an_observation(sandbox: DesktopSandbox) -> None:
     slow = sandbox.step(CodeAction(code="time.sleep(60)"), timeout=1)
     assert slow.timed_out and slow.error is None
     assert code(sandbox, "DONE").exit_code is None
+    assert code(sandbox, "pyautogui.position()").exit_code == 0  # a fresh runner took over
+
+
+_STARTED = "raise SystemExit(open('/proc/self/stat').read().split(') ')[1].split()[19])"
+"""Fails with the start time (clock ticks since boot) of the process running the action."""
+
+
+def started(box: DesktopSandbox) -> str:
+    observation = code(box, _STARTED)
+    assert observation.exit_code == 1 and observation.state is not None
+    return str(observation.state["last_action_error"])
+
+
+def test_one_runner_runs_the_actions_each_as_if_in_a_fresh_interpreter(
+    sandbox: DesktopSandbox,
+) -> None:
+    sandbox.reset(TERMINAL)
+    first = started(sandbox)
+    meddling = (
+        "import os, sys; pyautogui.PAUSE = 5; pyautogui.FAILSAFE = True; os.chdir('/');"
+        " os.environ['LEFT'] = '1'; print('{\"exit\": 0}' * 20000); sys.stdin.read()"
+    )
+    assert code(sandbox, meddling).exit_code == 0  # printing and reading stdin: /dev/null
+    clean = (
+        "import os; assert (pyautogui.PAUSE, pyautogui.FAILSAFE) == (0.1, False);"
+        " assert os.getcwd() == os.environ['HOME'] and 'LEFT' not in os.environ"
+    )
+    assert code(sandbox, clean).exit_code == 0
+    chatty = code(
+        sandbox, "import sys; sys.stderr.write('e' * 300000 + '\\n'); raise KeyError('k')"
+    )
+    assert chatty.state is not None and chatty.state["last_action_error"] == "KeyError: 'k'"
+    assert started(sandbox) == first, "every action ran in the runner started with the desktop"
+    died = code(sandbox, "import os; os._exit(4)")
+    assert (died.exit_code, died.timed_out) == (4, False)
+    assert started(sandbox) != first  # a new runner
+    assert len([p for p in pids_with_token(sandbox.token) if _is_runner(p)]) == 1
+
+
+def _is_runner(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(sys.executable.encode())
+    except OSError:
+        return False
 
 
 def test_setup_runs_before_the_first_observation(sandbox: DesktopSandbox) -> None:

@@ -210,3 +210,40 @@ def test_millions_of_empty_files_hit_the_inode_bound(bwrap: None, workdir: Path)
         assert run(box, "touch again && echo room").text == "room\n"
     finally:
         box.close()
+
+
+def test_after_a_step_that_left_only_the_shell_the_next_one_scans_no_process(
+    sandbox: LocalSandbox, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing runs between such steps: no /proc scan, no fd scan; a process left brings both back."""
+    _needs_root()
+    from fidelity.sandboxes import containment, local
+
+    sandbox.reset(EnvSpec(workdir=str(workdir)))
+    assert sandbox._pids_cgroup is not None, "no pids cgroup: cgroup v1/v2 pids not writable"
+    scanned: list[str] = []
+    count, holders = local._count_processes, containment.fd_holders
+
+    def counting(uid: int, zombies: bool = False) -> int:
+        scanned.append("/proc")
+        return count(uid, zombies)
+
+    def holding(pids: list[int], link: str) -> list[int]:
+        scanned.extend(f"fds of {pid}" for pid in pids)
+        return holders(pids, link)
+
+    monkeypatch.setattr(local, "_count_processes", counting)
+    monkeypatch.setattr(containment, "fd_holders", holding)
+    run(sandbox, "true")  # the first step after a start reads everything
+    scanned.clear()
+    for _ in range(3):
+        assert run(sandbox, "ls >/dev/null; echo ok").text == "ok\n"
+    assert scanned == []
+    left = run(
+        sandbox, "(sleep 30 &); echo left"
+    )  # not a job of the shell: only the cgroup sees it
+    assert left.text == "left\n" and left.error is None
+    assert "/proc" in scanned
+    scanned.clear()
+    assert run(sandbox, "echo next").text == "next\n"
+    assert any(entry.startswith("fds of") for entry in scanned)
