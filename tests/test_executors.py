@@ -74,10 +74,10 @@ def test_the_registry_types_every_backend_and_names_bad_options() -> None:
 
 def test_every_sweeper_takes_the_dead_owner_its_reaper_names() -> None:
     """The reaper sweeps with ``owner=``: a sweeper without it would judge a zombie alive."""
-    from fidelity.sandboxes import _resolve
+    from fidelity.sandboxes import resolve_target
 
     for name, entry in REGISTRY.items():
-        parameters = inspect.signature(_resolve(entry.sweeper)).parameters
+        parameters = inspect.signature(resolve_target(entry.sweeper)).parameters
         assert "owner" in parameters, name
         assert parameters["owner"].default is None, name
 

@@ -54,18 +54,18 @@ class Backend:
 
     def build(self, config: Any) -> Any:
         """An unstarted sandbox for *config*."""
-        return _resolve(self.factory)(config)
+        return resolve_target(self.factory)(config)
 
     def sweep(self, owner: int | None = None) -> int:
         """Remove what killed runs of this backend left behind (of one dead *owner* pid, or all)."""
-        removed: int = _resolve(self.sweeper)(owner=owner)
+        removed: int = resolve_target(self.sweeper)(owner=owner)
         return removed
 
     def shared_pool(self, config: Any) -> Any:
         """The pool of warm sandboxes for *config* (only for a :attr:`pooled` backend)."""
         if self.pool is None:
             raise UsageError(f"sandbox {config.type!r} is not pooled")
-        return _resolve(self.pool)(config)
+        return resolve_target(self.pool)(config)
 
 
 REGISTRY: dict[str, Backend] = {
@@ -178,7 +178,7 @@ def sweep(name: str) -> int:
     return backend(name).sweep()
 
 
-def _resolve(target: str) -> Callable[..., Any]:
+def resolve_target(target: str) -> Callable[..., Any]:
     module, _, attribute = target.partition(":")
     function: Callable[..., Any] = getattr(importlib.import_module(module), attribute)
     return function
