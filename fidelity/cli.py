@@ -127,7 +127,8 @@ CompareConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--compare-config",
-        help="TOML: [normalize] disable/rules, [thresholds] per domain (see README).",
+        help="TOML: \\[normalize] disable/rules, \\[thresholds] per domain, whitespace = "
+        '"strict" to count line endings and trailing whitespace (see docs/comparing.md).',
     ),
 ]
 ExecutorOption = Annotated[

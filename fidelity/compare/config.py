@@ -12,13 +12,16 @@ Loaded from TOML (``fidelity diff --compare-config compare.toml``)::
 
     [thresholds]                    # per-domain drift threshold (terminal: replaces the calibration)
     web = 0.85
+
+    whitespace = "strict"           # top level; default "normalize" (see CompareConfig.whitespace)
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -29,12 +32,18 @@ from fidelity.compare.normalize import (
     PID_OUTPUT_RULE,
     RULES,
     TRUNCATE_RULE,
+    WHITESPACE_RULES,
     Rule,
 )
 from fidelity.formats.toml import load_toml_model
 
-WHOLE_TEXT_RULES = frozenset({TRUNCATE_RULE, ORDER_RULE, GIT_ID_RULE, PID_OUTPUT_RULE})
+WHOLE_TEXT_RULES = frozenset(
+    {TRUNCATE_RULE, ORDER_RULE, GIT_ID_RULE, PID_OUTPUT_RULE, *WHITESPACE_RULES}
+)
 """Rules that are not regex rewrites but can be switched off too."""
+
+LINE_END_RULES = frozenset({"crlf", "carriage_return"})
+"""The regex rules that rewrite line endings (off with ``whitespace = "strict"``)."""
 
 
 class UserRule(BaseModel):
@@ -96,6 +105,13 @@ class CompareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    whitespace: Literal["normalize", "strict"] = Field(
+        default="normalize",
+        description="normalize: line endings (\\r\\n, \\r), spaces and tabs at line ends and "
+        "blank lines at the end do not count as differences (counted rules crlf, "
+        "carriage_return, trailing_space, trailing_blank_lines); strict: they do (byte "
+        "equality of whitespace; progress lines redrawn with \\r then differ too)",
+    )
     thresholds: dict[str, float] = Field(
         default_factory=dict, description="domain -> drift threshold in [0, 1]"
     )
@@ -111,12 +127,20 @@ class CompareConfig(BaseModel):
     def rules(self, base: Sequence[Rule] = DEFAULT_RULES) -> tuple[Rule, ...]:
         """User rules, then *base* without the disabled rules."""
         disabled = set(self.normalize.disable)
+        if self.whitespace == "strict":
+            disabled |= LINE_END_RULES
         user = tuple(r.rule() for r in self.normalize.rules)
         return (*user, *(r for r in base if r.name not in disabled))
 
     def enabled(self, name: str) -> bool:
         """Whether the rule called *name* (a whole-text rule included) is switched on."""
+        if self.whitespace == "strict" and (name in WHITESPACE_RULES or name in LINE_END_RULES):
+            return False
         return name not in self.normalize.disable
+
+    def whole_text(self, names: Iterable[str]) -> frozenset[str]:
+        """Those of the whole-text rules *names* (and the whitespace rules) switched on."""
+        return frozenset(n for n in (*names, *WHITESPACE_RULES) if self.enabled(n))
 
     def threshold(self, domain: str, default: float) -> float:
         """The configured drift threshold of *domain*, else *default*."""

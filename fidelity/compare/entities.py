@@ -22,6 +22,13 @@ forget. Kinds:
 ``nodeid``    a test node id: ``nodeid:tests/test_io.py::TestRST::test_header_rows``
 ============  ==============================================================
 
+Comparators add two kinds for the lines two texts do not share
+(:func:`fidelity.compare.terminal.line_entities`): ``line`` (a whole added,
+changed or dropped line, stripped: ``line:ValueError: bad header``) and ``word``
+(a word of such a line that the other text lacks: ``word:header``); an
+identifier-like token there (``_meta_cache``, ``io.ascii``) is an ``ident``.
+:func:`rank` orders a step's entities most telling first and caps them.
+
 Placeholders written by normalization (``<TIMESTAMP>``…) are never entities.
 Extraction is one pass of one regex (:data:`_ENTITY_RE`; on ASCII text its
 compiled translation in ``_fastentities.c``, which the tests hold to the same
@@ -34,7 +41,7 @@ cross-turn consistency check).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterable, Set
 
 from fidelity.compare.commands import printing_program
 
@@ -306,6 +313,21 @@ _LISTERS: dict[str, Callable[[str], list[str]]] = {
     "git status": _git_status_names,
     "tree": _tree_names,
 }
+
+
+MAX_ENTITIES = 10
+"""Hallucinations (and omissions) reported per step, most telling first (the rubric's cap)."""
+
+_TIER = {"line": 1, "word": 2}
+"""Rank of a kind: specific tokens (0, every other kind), whole lines, then generic words."""
+
+
+def rank(entities: Iterable[str], cap: int | None = MAX_ENTITIES) -> list[str]:
+    """*entities* without repeats, specific ones first, then ``line:``, then ``word:``
+    (stable: each tier keeps the given order), at most *cap* of them (all when None)."""
+    unique = list(dict.fromkeys(entities))
+    unique.sort(key=lambda e: _TIER.get(e[: e.find(":")], 0))
+    return unique if cap is None else unique[:cap]
 
 
 def kind_of(entity: str) -> str:

@@ -59,6 +59,7 @@ __all__ = [
     "RULES",
     "TRUNCATED",
     "TRUNCATE_AT",
+    "WHITESPACE_RULES",
     "Normalizer",
     "Rule",
     "merge_counts",
@@ -66,6 +67,8 @@ __all__ = [
     "normalizer_for",
     "rules_named",
     "sort_lines",
+    "strip_blank_end",
+    "strip_line_ends",
     "truncate",
     "unordered_output",
 ]
@@ -360,6 +363,12 @@ GIT_SHORT_ID = Rule(
 _GIT_SHORT_ID = re.compile(GIT_SHORT_ID.regex)
 TRUNCATE_RULE = "truncate"
 PID_OUTPUT_RULE = "action_pid"
+TRAILING_SPACE_RULE = "trailing_space"
+BLANK_LINES_RULE = "trailing_blank_lines"
+WHITESPACE_RULES = frozenset({TRAILING_SPACE_RULE, BLANK_LINES_RULE})
+"""Whole-text rules for what people call the same text: spaces and tabs at line ends, blank
+lines (and the final line break) at the end of the text. Line endings (``\\r\\n``, a lone
+``\\r`` at a line's end) are the regex rules ``crlf`` and ``carriage_return``."""
 _PID_LINE = re.compile(r"^([ \t]*(?:\[\d+\][+-]?[ \t]+)?)\d{2,7}[ \t]*$", re.MULTILINE)
 _PID_COMMAND = re.compile(r"\$!|\$\$|\$BASHPID|getpid\(\)|getppid\(\)|\bpgrep\b|\bpidof\b")
 
@@ -489,6 +498,8 @@ class Normalizer:
         self.pids = PID_OUTPUT_RULE in whole_text
         self.git_ids = GIT_ID_RULE in whole_text
         self.ordering = ORDER_RULE in whole_text
+        self.trailing_space = TRAILING_SPACE_RULE in whole_text
+        self.blank_lines = BLANK_LINES_RULE in whole_text
         self._passes = _passes(self.rules)
         local = len(self._passes)
         while line_memo and local > 0 and all(_line_local(r) for r in self._pass_rules(local - 1)):
@@ -534,7 +545,7 @@ class Normalizer:
                     break
             else:
                 text = self._line_local_compiled(text, counts)
-                return self._command_rules(text, counts, command)
+                return self._command_rules(self._whitespace(text, counts), counts, command)
         text, n = truncate(text, self.limit)
         if n:
             counts[TRUNCATE_RULE] = n
@@ -542,7 +553,19 @@ class Normalizer:
             text = step.apply(text, counts)
         if self._line_passes:
             text = self._line_local(text, counts)
-        return self._command_rules(text, counts, command)
+        return self._command_rules(self._whitespace(text, counts), counts, command)
+
+    def _whitespace(self, text: str, counts: dict[str, int]) -> str:
+        """:data:`WHITESPACE_RULES` (those switched on) over *text*."""
+        if self.trailing_space:
+            text, n = strip_line_ends(text)
+            if n:
+                counts[TRAILING_SPACE_RULE] = n
+        if self.blank_lines:
+            text, n = strip_blank_end(text)
+            if n:
+                counts[BLANK_LINES_RULE] = n
+        return text
 
     def _command_rules(
         self, text: str, counts: dict[str, int], command: str | None
@@ -685,6 +708,27 @@ def sort_lines(text: str) -> tuple[str, int]:
         return text, 0
     moved = sum(map(operator.ne, lines, ordered))
     return "\n".join(ordered) + ("\n" if trailing else ""), moved
+
+
+def strip_line_ends(text: str) -> tuple[str, int]:
+    """Spaces and tabs at the end of every line removed; the count is the lines changed.
+
+    Plain ``str`` operations: three substring tests decide whether any line needs it.
+    """
+    if not (" \n" in text or "\t\n" in text or text.endswith((" ", "\t"))):
+        return text, 0
+    lines = text.split("\n")
+    stripped = [line.rstrip(" \t") for line in lines]
+    return "\n".join(stripped), sum(map(operator.ne, lines, stripped))
+
+
+def strip_blank_end(text: str) -> tuple[str, int]:
+    """*text* without its final line breaks; the count is the blank lines dropped (the final
+    line break itself ends the last line: dropping it alone is not counted)."""
+    if not text.endswith("\n"):
+        return text, 0
+    kept = text.rstrip("\n")
+    return kept, max(0, len(text) - len(kept) - 1)
 
 
 def truncate(text: str, limit: int = TRUNCATE_AT) -> tuple[str, int]:

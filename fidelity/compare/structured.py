@@ -35,8 +35,8 @@ DEFAULT_STRUCTURED_THRESHOLD = 0.9
 
 
 def value_normalizer(config: CompareConfig) -> Normalizer:
-    """The configured regex rules (no truncation, no line sorting) for field values."""
-    return normalizer_for(config.rules(), 1 << 62, frozenset())
+    """The configured regex and whitespace rules (no truncation, no line sorting) for values."""
+    return normalizer_for(config.rules(), 1 << 62, config.whole_text(()))
 
 
 def overlap(real: Counter[Hashable], sim: Counter[Hashable]) -> tuple[float, float, float]:

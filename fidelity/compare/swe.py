@@ -47,6 +47,7 @@ from rapidfuzz.distance import Indel
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
+from fidelity.compare.entities import rank
 from fidelity.compare.structured import listed, overlap, shown
 from fidelity.compare.terminal import TerminalComparator, hard_mismatches
 from fidelity.model import Observation
@@ -167,7 +168,7 @@ class SweComparator:
         base = self.terminal.compare(real, sim, context)
         if base.infra_failure:
             return base
-        metrics = {**base.metrics, "lines_changed": self._lines_changed(real, sim, context)}
+        metrics = dict(base.metrics)
         real_view, sim_view = repo_views(real, sim)
         diff_reasons, sim_only, real_only = _compare_diffs(real_view, sim_view, metrics)
         flips, sim_tests, real_tests = _compare_tests(real_view, sim_view, metrics)
@@ -180,8 +181,8 @@ class SweComparator:
             update={
                 "drift": base.drift or bool(reasons),
                 "metrics": metrics,
-                "hallucinations": sorted({*base.hallucinations, *hallucinated}),
-                "omissions": sorted({*base.omissions, *omitted}),
+                "hallucinations": rank([*hallucinated, *base.hallucinations]),
+                "omissions": rank([*omitted, *base.omissions]),
                 "stale": sorted({*base.stale, *stale}),
                 "reasons": [*base.reasons, *reasons],
             }
@@ -195,14 +196,6 @@ class SweComparator:
         findings = [*diff_reasons, *reasons[len(diff_reasons) + len(flips) :]]
         findings += listed("hallucinated", base.hallucinations) + listed("omitted", base.omissions)
         return self.calibration.decide(result, hard, findings)
-
-    def _lines_changed(self, real: Observation, sim: Observation, context: CompareContext) -> float:
-        """How many normalized lines one side has and the other lacks (as a multiset)."""
-        command = context.action.render()
-        normalize = self.terminal.normalizer.cached
-        real_lines = Counter(normalize(real.text, command)[0].split("\n"))
-        sim_lines = Counter(normalize(sim.text, command)[0].split("\n"))
-        return float((real_lines - sim_lines).total() + (sim_lines - real_lines).total())
 
 
 Found = tuple[list[str], set[str], set[str]]

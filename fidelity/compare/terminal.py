@@ -10,6 +10,18 @@ Scoring (all metrics in [0, 1], computed on the normalized texts):
 
 Identical normalized observations score exactly 1.0.
 
+The amount of difference (calibration features, :func:`amount`): ``lines_changed``
+(lines one side has and the other lacks, as multisets: a reordered but equal set
+changes none), ``changed_share`` (that count over both sides' lines) and
+``chars_changed`` (the character Indel distance between the changed lines of each side).
+
+Entities (:func:`line_entities`), ranked most telling first and capped at
+:data:`~fidelity.compare.entities.MAX_ENTITIES` per side: the extracted entities
+and the identifier-like tokens of added or changed lines that the real text
+lacks, then every added or changed line itself (``line:``), then the other
+words of those lines that the real text lacks (``word:``); omissions the same
+from the real side.
+
 Drift, calibrated (the default): the exit codes or the timed-out flags differ,
 or the drift probability of the shipped logistic regression
 (``calibration/terminal.json``, fitted by ``benchmarks/calibrate.py`` on real
@@ -31,7 +43,9 @@ from __future__ import annotations
 
 import functools
 import re
+import string
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence, Set
 from typing import NamedTuple
 
@@ -41,7 +55,7 @@ from rapidfuzz.process import extractOne
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration import Calibration, features, load_calibration
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.entities import extract, extract_among, kind_of
+from fidelity.compare.entities import MAX_ENTITIES, extract, extract_among, kind_of, rank
 from fidelity.compare.normalize import (
     DEFAULT_RULES,
     GIT_ID_RULE,
@@ -105,9 +119,7 @@ class TerminalComparator:
         )
         self.threshold = DEFAULT_THRESHOLD if threshold is None else threshold
         self.exit_penalty = exit_penalty
-        whole_text = frozenset(
-            n for n in (GIT_ID_RULE, ORDER_RULE, PID_OUTPUT_RULE) if config.enabled(n)
-        )
+        whole_text = config.whole_text((GIT_ID_RULE, ORDER_RULE, PID_OUTPUT_RULE))
         limit = limit if config.enabled(TRUNCATE_RULE) else sys.maxsize
         self.normalizer = normalizer_for(config.rules(rules), limit, whole_text)
 
@@ -124,9 +136,10 @@ class TerminalComparator:
         exit_match = _exit_match(real, sim)
         factor = self.exit_penalty if exit_match is False else 1.0
         score = min(1.0, max(0.0, metrics["text_sim"] * factor))
-        sim_only, real_only = entity_diff(real_text, sim_text, command)
-        stale = shown_entities(sim_only, context, self.normalizer) if sim_only else set()
-        hallucinations, omissions = sorted(sim_only - stale), sorted(real_only)
+        metrics.update(amount(real_text, sim_text))
+        sim_side, real_side = line_entities(real_text, sim_text, command)
+        hallucinations, stale = unshown(sim_side, context, self.normalizer)
+        omissions = rank(real_side) if real_side else []
         shown = sorted(stale)
         hard = self._mismatches(score, exit_match, real, sim)
         if self.calibration is None:
@@ -231,6 +244,141 @@ def _lines(text: str) -> tuple[str, ...]:
     """The lines of *text*, remembered a while: :func:`exact_entity_diff` after
     :func:`similarity` (on text that is not ASCII) split the same two texts."""
     return tuple(text.split("\n"))
+
+
+def amount(real: str, sim: str) -> dict[str, float]:
+    """How much two normalized texts differ, whatever the order of their lines:
+    ``lines_changed``, ``changed_share`` and ``chars_changed`` (see the module docstring)."""
+    if real == sim:
+        return {"lines_changed": 0.0, "changed_share": 0.0, "chars_changed": 0.0}
+    added, dropped = changed_lines(real, sim)
+    changed = len(added) + len(dropped)
+    lines = len(_lines(real)) + len(_lines(sim))
+    return {
+        "lines_changed": float(changed),
+        "changed_share": changed / lines,
+        "chars_changed": float(Indel.distance("\n".join(dropped), "\n".join(added))),
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def changed_lines(real: str, sim: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(lines of sim that real lacks, lines of real that sim lacks)``, as multisets (a line
+    sim repeats once more than real is added once), each in its text's order."""
+    real_lines, sim_lines = _lines(real), _lines(sim)
+    real_set, sim_set = set(real_lines), set(sim_lines)
+    if len(real_set) == len(real_lines) and len(sim_set) == len(sim_lines):
+        # no line repeats (the common case): the set differences are the multiset ones
+        return (
+            tuple(line for line in sim_lines if line not in real_set),
+            tuple(line for line in real_lines if line not in sim_set),
+        )
+    balance = Counter(sim_lines)
+    balance.subtract(real_lines)
+    added = {line: n for line, n in balance.items() if n > 0}
+    dropped = {line: -n for line, n in balance.items() if n < 0}
+    return _take(sim_lines, added), _take(real_lines, dropped)
+
+
+def _take(lines: Sequence[str], wanted: dict[str, int]) -> tuple[str, ...]:
+    """The first ``wanted[line]`` occurrences of each wanted line of *lines*, in order."""
+    out = []
+    for line in lines:
+        left = wanted.get(line, 0)
+        if left:
+            out.append(line)
+            wanted[line] = left - 1
+    return tuple(out)
+
+
+LINES_EXAMINED = 40
+"""Changed lines per side whose tokens become entities (the rest are counted, not named)."""
+
+LINE_CHARS = 200
+"""Characters kept of a ``line:`` entity."""
+
+_TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+@functools.lru_cache(maxsize=256)
+def line_entities(
+    real: str, sim: str, command: str | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(sim side, real side)`` candidate entities of two normalized texts, ranked.
+
+    Each side: the extracted entities the other side lacks (:func:`exact_entity_diff`)
+    and the identifier-like tokens of its changed lines that the other text lacks
+    (``ident:``), those whose value the other text holds nowhere first, each in
+    text order; then each changed line (``line:``, stripped; lines without a letter
+    or digit, and lines that are one entity's whole value, aside); then the other words of three letters or more
+    of those lines that the other text lacks (``word:``). Placeholders (volatile
+    values) never become tokens. At most three times
+    :data:`~fidelity.compare.entities.MAX_ENTITIES` per side (stale ones are taken out
+    of the sim side before the cap).
+    """
+    if real == sim:
+        return (), ()
+    diff = exact_entity_diff(real, sim, command)
+    added, dropped = changed_lines(real, sim)
+    return _candidates(diff.sim_only, added, sim, real), _candidates(
+        diff.real_only, dropped, real, sim
+    )
+
+
+def _candidates(
+    specific: frozenset[str], lines: Sequence[str], text: str, other: str
+) -> tuple[str, ...]:
+    values = [e.partition(":")[2] for e in specific]
+    named, held = set(values), "\n".join(values)
+    tokens: list[str] = []
+    whole: list[str] = []
+    words: list[str] = []
+    for line in lines[:LINES_EXAMINED]:
+        stripped = line.strip()
+        if not stripped.strip(_NOT_ALNUM):  # no letter or digit
+            continue
+        if stripped not in named:  # a line that is one name (ls, find) is named once
+            whole.append("line:" + stripped[:LINE_CHARS])
+        for token in _TOKEN_RE.findall(PLACEHOLDER_RE.sub(" ", stripped)):
+            if len(token) < 3 or token in other or token in held:
+                continue
+            if _identifier(token):
+                tokens.append("ident:" + token)
+            else:
+                words.append("word:" + token)
+    # most telling first: what the other text holds nowhere, then the rest, each in text order
+    telling = sorted(
+        {*specific, *tokens},
+        key=lambda e: (search_key(e) in other, _generic(e), _position(text, e), e),
+    )
+    return tuple(rank([*telling, *whole, *words], 3 * MAX_ENTITIES))
+
+
+_NOT_ALNUM = string.punctuation + string.whitespace
+"""What :func:`_candidates` strips to tell whether a line holds a letter or digit."""
+
+
+def _generic(entity: str) -> bool:
+    """Numbers, and listed "files" without an extension (any word a lister split out), tell
+    less than names, paths, errors and identifiers."""
+    kind, _, value = entity.partition(":")
+    return kind == "number" or (kind == "file" and "." not in value.strip("."))
+
+
+def _position(text: str, entity: str) -> int:
+    at = text.find(search_key(entity))
+    return len(text) if at < 0 else at
+
+
+def _identifier(token: str) -> bool:
+    """Whether *token* reads as a code identifier rather than a word of a message."""
+    if _CODE_MARK_RE.search(token):
+        return True
+    tail = token[1:]
+    return tail != tail.lower() and tail != tail.upper()  # camelCase
+
+
+_CODE_MARK_RE = re.compile(r"[_.0-9]")
 
 
 def entity_diff(real: str, sim: str, command: str | None = None) -> tuple[set[str], set[str]]:
@@ -481,6 +629,24 @@ def shown_entities(
     return shown
 
 
+def unshown(
+    ranked: Sequence[str], context: CompareContext, normalizer: Normalizer
+) -> tuple[list[str], set[str]]:
+    """``(hallucinations, stale)``: the first :data:`~fidelity.compare.entities.MAX_ENTITIES`
+    of the *ranked* candidates the model had not been shown, and those it had (looked up
+    only as far down the ranking as the hallucinations reach)."""
+    kept: list[str] = []
+    stale: set[str] = set()
+    at = 0
+    while len(kept) < MAX_ENTITIES and at < len(ranked):
+        batch = ranked[at : at + MAX_ENTITIES - len(kept)]
+        at += len(batch)
+        shown = shown_entities(set(batch), context, normalizer)
+        stale |= shown
+        kept += [e for e in batch if e not in shown]
+    return kept, stale
+
+
 def context_texts(context: CompareContext) -> Iterator[tuple[str, str | None]]:
     """``(text, command)`` for everything the model was shown, newest first."""
     yield context.action.render(), None
@@ -495,6 +661,10 @@ def context_texts(context: CompareContext) -> Iterator[tuple[str, str | None]]:
 
 def _name_mentioned(entity: str, text: str) -> bool:
     kind, _, value = entity.partition(":")
+    if kind == "line":
+        return value in text
+    if kind in {"word", "ident"}:
+        return re.search(rf"(?<![\w.]){re.escape(value)}(?![\w])", text) is not None
     if kind not in {"file", "path"}:
         return False
     name = _base_name(value)

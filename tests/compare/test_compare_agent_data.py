@@ -113,7 +113,7 @@ def test_an_invented_function_in_a_file_view_is_a_hallucination() -> None:
     assert "ident:_resolve_cached" in result.hallucinations
 
 
-def test_a_dropped_plain_line_is_an_omission_and_a_changed_one_is_not() -> None:
+def test_a_dropped_or_changed_line_is_an_omission_and_its_new_text_a_hallucination() -> None:
     real = Observation(
         text="Checking the header rows\nAll columns are consistent now\nDone\n", exit_code=0
     )
@@ -127,9 +127,9 @@ def test_a_dropped_plain_line_is_an_omission_and_a_changed_one_is_not() -> None:
         "line:All columns are consistent now"
         in comparator.compare(real, dropped, context).omissions
     )
-    assert not any(
-        o.startswith("line:") for o in comparator.compare(real, changed, context).omissions
-    )
+    result = comparator.compare(real, changed, context)
+    assert result.omissions == ["line:All columns are consistent now", "word:now"]
+    assert result.hallucinations == ["line:All columns are consistent"]
 
 
 def test_a_repeated_invention_is_a_hallucination_with_its_first_depth() -> None:

@@ -29,8 +29,14 @@ FEATURES = (
     "hallucinated",
     "omitted",
     "stale",
+    "lines_changed",
+    "changed_share",
+    "chars_changed",
 )
-"""Feature names, in the order of :func:`features` (gaps are ``1 - similarity``)."""
+"""Feature names, in the order of :func:`features` (gaps are ``1 - similarity``); the last
+three are the amount of difference (:func:`fidelity.compare.terminal.amount`: changed lines
+and characters as ``log1p``, the changed-line share as is), so one changed line among
+hundreds and a rewritten output need not get one probability."""
 
 WEB_FEATURES = (
     "score_gap",
@@ -51,14 +57,13 @@ Counts (mismatched properties, nodes on one side only, entities) enter as ``log1
 
 SWE_FEATURES = (
     *FEATURES,
-    "lines_changed",
     "diff_file_gap",
     "hunk_gap",
     "test_gap",
     "tests_flipped",
 )
-"""Features of the swe domain: the terminal ones, the count of normalized lines on one
-side only (long tool outputs make one wrong line a tiny gap) and the repository-state gaps."""
+"""Features of the swe domain: the terminal ones (with the amount of difference: long tool
+outputs make one wrong line a tiny gap) and the repository-state gaps."""
 
 MCP_FEATURES = (
     "score_gap",
@@ -145,15 +150,23 @@ def comparison_vector(domain: str, comparison: StepComparison) -> list[float]:
     if domain in {"mcp", "search"}:
         return _tool_vector(domain, comparison, counts)
     terminal = [*(1.0 - m.get(n, 1.0) for n in ("line_sim", "token_sim", "char_sim"))]
-    terminal += [1.0 if comparison.exit_match is False else 0.0, *counts]
+    terminal += [1.0 if comparison.exit_match is False else 0.0, *counts, *_amount(m)]
     if domain != "swe":
         return terminal
     repo = ("diff_file_f1", "hunk_sim", "test_agreement")
     return [
         *terminal,
-        math.log1p(m.get("lines_changed", 0.0)),
         *(1.0 - m.get(name, 1.0) for name in repo),
         math.log1p(m.get("tests_flipped", 0.0)),
+    ]
+
+
+def _amount(m: dict[str, float]) -> list[float]:
+    """The amount-of-difference features of one comparison's metrics (see :data:`FEATURES`)."""
+    return [
+        math.log1p(m.get("lines_changed", 0.0)),
+        m.get("changed_share", 0.0),
+        math.log1p(m.get("chars_changed", 0.0)),
     ]
 
 
@@ -204,6 +217,7 @@ def features(
         math.log1p(hallucinated),
         math.log1p(omitted),
         math.log1p(stale),
+        *_amount(metrics),
     ]
 
 
