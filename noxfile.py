@@ -118,6 +118,7 @@ BENCHMARK_ARGS: dict[str, list[str]] = {
     "gate_scale.py": ["--sizes", "2000,10000", "--sample", "10"],
     "local_sandbox_latency.py": ["--steps", "50"],
     "mcp_latency.py": ["--steps", "30", "--starts", "2"],
+    "outcome_check.py": ["--rounds", "1"],
     "ray_executor.py": ["--limit", "6"],
     "search_latency.py": ["--rounds", "1"],
     "simulate_concurrency.py": [],

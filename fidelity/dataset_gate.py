@@ -21,9 +21,19 @@ or glob of shards: :mod:`fidelity.formats.dataset`); memory stays flat in its si
      at its own trust horizon (the steps before its first drift) when that
      prefix is at least ``max(1, min_trust_horizon)`` steps long; otherwise it
      is quarantined;
+   - a verified trajectory whose claimed outcome (``outcome.success``) the real
+     check (``env.check``) contradicts is quarantined, ``quarantine_reason:
+     "outcome"``, whatever its steps' drift;
    - an unverified trajectory (not in the sample) follows the verdict: admitted
      on pass or warn (cut at the domain's trust horizon with ``cut_at_horizon``),
      quarantined on fail.
+
+   A quarantined line's ``meta.quarantine_reason`` says why in one word (``drift``,
+   ``outcome``, ``gate``) and ``meta.quarantine_detail`` in a sentence.
+6. With ``to`` (``--to verl`` …), the admitted trajectories are also written in those
+   RL stacks' formats (:mod:`fidelity.formats.rl_export`: ``admitted.verl.parquet`` …,
+   each row carrying its per-step verdicts, trust horizon and outcome agreement),
+   staged and installed with the other outputs and listed in the manifest.
 
 Every trajectory of the dataset ends up in exactly one of the two files. With
 ``layout="sharded"`` the three outputs are folders (``admitted/`` ...) of one
@@ -34,6 +44,7 @@ copied by the driver; concatenated in name order they are the joined files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import heapq
 import itertools
@@ -49,6 +60,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity import gate_outputs, pipeline
+from fidelity import store_queries as queries
 from fidelity.analysis.cells import trajectory_horizons
 from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
 from fidelity.audit import code_version, new_run_id
@@ -57,9 +69,20 @@ from fidelity.compare.normalize import TRUNCATE_AT
 from fidelity.errors import InputFormatError, UsageError, writing
 from fidelity.executors import ExecutorConfig, ShardSink, get_executor
 from fidelity.executors.ray import map_on_cluster
-from fidelity.formats.dataset import shard_lines
+from fidelity.formats.dataset import Line, shard_lines
 from fidelity.formats.dataset import shards as dataset_shards
 from fidelity.formats.jsonl import PathConfiner, confine_paths
+from fidelity.formats.rl_export import (
+    FORMATS,
+    ExportOptions,
+    RLFormat,
+    RLWriter,
+    StepVerdict,
+    TrajectoryFidelity,
+    join_parts,
+    step_verdicts,
+    suffix,
+)
 from fidelity.gate import Policy, Verdict, evaluate, horizon_limit
 from fidelity.model import Trajectory
 from fidelity.sandboxes import backend_for, sandbox_config
@@ -110,6 +133,11 @@ class GateOptions(BaseModel):
     )
     ray_results: Literal["driver", "parquet"] = "driver"
     ray_results_dir: Path | None = None
+    to: list[RLFormat] = Field(
+        default_factory=list,
+        description="RL stacks the admitted trajectories are also written for (verl, skyrl, "
+        "openrlhf, slime): admitted.<format>.parquet / .jsonl",
+    )
 
     @property
     def executor_config(self) -> ExecutorConfig:
@@ -135,6 +163,42 @@ class Decision(BaseModel):
     steps_kept: int
     horizon: int | None  # steps before the first drift (verified trajectories only)
     reason: str
+    cause: Literal["drift", "outcome", "gate"] | None = Field(
+        default=None, description="why it was quarantined, in one word (None: admitted)"
+    )
+    outcome_agreement: bool | None = Field(
+        default=None, description="whether the real check agreed with the claimed outcome"
+    )
+
+
+class RealCheck(BaseModel):
+    """A verified trajectory's claimed and real outcome, as the run stored them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    claimed: bool | None
+    real: Literal["success", "failure", "unverifiable"] | None
+    exit_code: int | None = None
+    reason: str | None = None
+
+    @property
+    def agrees(self) -> bool | None:
+        """True/False when both sides are known, else None."""
+        if self.claimed is None or self.real in (None, "unverifiable"):
+            return None
+        return self.claimed == (self.real == "success")
+
+
+class Verified(BaseModel):
+    """What the run learned about the sample, handed to every shard's writer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    horizons: dict[str, int] = Field(description="steps before the first drift, per trajectory")
+    checks: dict[str, RealCheck] = Field(default_factory=dict)
+    steps: dict[str, list[StepVerdict]] = Field(
+        default_factory=dict, description="per-step verdicts (only when exporting for RL)"
+    )
 
 
 class Counts(BaseModel):
@@ -181,6 +245,9 @@ class Manifest(BaseModel):
     admitted_path: str
     quarantined_path: str
     decisions_path: str = Field(description="every decision, one JSON line per trajectory")
+    rl_paths: dict[str, str] = Field(
+        default_factory=dict, description="the admitted trajectories per RL format (``to``)"
+    )
     decisions: list[Decision] = Field(description="the decisions of the verified (sampled) ones")
 
 
@@ -234,11 +301,25 @@ def gate_dataset(
         _verify(store, run_id, _sampled(scan, options), options, domain, report)
         store.finish_run(run_id, "done")
         summary = summarize(store, run_id, limit, worst=0, detail=False)
-        horizons = trajectory_horizons(store, run_id)
+        verified = _verified_facts(store, run_id, bool(options.to))
     verdict = evaluate(summary, policy)
     return _write(
-        options, policy, scan, horizons, verdict, summary.totals.trust_horizon, run_id, report
+        options, policy, scan, verified, verdict, summary.totals.trust_horizon, run_id, report
     )
+
+
+def _verified_facts(store: Store, run_id: str, with_steps: bool) -> Verified:
+    """Horizons and outcomes of the sample (and per-step verdicts when exporting)."""
+    checks = {
+        str(tid): RealCheck(claimed=claimed, real=status, exit_code=code, reason=reason)
+        for _, tid, claimed, status, reason, code, _ in queries.rows(store, "outcomes", [run_id])
+    }
+    steps: dict[str, list[StepVerdict]] = {}
+    if with_steps:
+        rows = queries.rows(store, "rl_step_scores", [run_id])
+        for tid, group in itertools.groupby(rows, key=lambda r: str(r[0])):
+            steps[tid] = step_verdicts((d, s, dr, f) for _, d, s, dr, f in group)
+    return Verified(horizons=trajectory_horizons(store, run_id), checks=checks, steps=steps)
 
 
 class ShardInfo(BaseModel):
@@ -656,16 +737,18 @@ def _verify(
 def _decide(
     trajectory_id: str,
     total: int,
-    horizons: dict[str, int],
+    verified: Verified,
     verdict: Verdict,
     domain_horizon: int,
     minimum: int,
     options: GateOptions,
 ) -> Decision:
     """What happens to one trajectory of *total* steps (verified when it has a horizon)."""
-    horizon = horizons.get(trajectory_id)
+    horizon = verified.horizons.get(trajectory_id)
     if horizon is not None:
-        return _verified(trajectory_id, total, horizon, minimum, options)
+        check = verified.checks.get(trajectory_id)
+        decision = _verified(trajectory_id, total, horizon, minimum, options)
+        return _with_outcome(decision, check) if check is not None else decision
     if verdict.status == "fail":
         return Decision(
             trajectory_id=trajectory_id,
@@ -675,6 +758,7 @@ def _decide(
             steps_kept=0,
             horizon=None,
             reason="not verified, and the dataset fails the gate",
+            cause="gate",
         )
     kept = min(total, domain_horizon) if options.cut_at_horizon else total
     outcome: Literal["admitted", "quarantined"] = "admitted" if kept else "quarantined"
@@ -687,6 +771,25 @@ def _decide(
         horizon=None,
         reason=f"not verified; dataset {verdict.status}"
         + (f", cut at domain trust horizon {domain_horizon}" if kept < total else ""),
+        cause=None if kept else "gate",
+    )
+
+
+def _with_outcome(decision: Decision, check: RealCheck) -> Decision:
+    """*decision* quarantined (cause ``outcome``) when the real check contradicts the claim."""
+    agrees = check.agrees
+    decision = decision.model_copy(update={"outcome_agreement": agrees})
+    if agrees is not False:
+        return decision
+    claimed = "success" if check.claimed else "failure"
+    code = "" if check.exit_code is None else f" (exit {check.exit_code})"
+    return decision.model_copy(
+        update={
+            "outcome": "quarantined",
+            "steps_kept": 0,
+            "cause": "outcome",
+            "reason": f"outcome: claimed {claimed}, the real check says {check.real}{code}",
+        }
     )
 
 
@@ -702,6 +805,7 @@ def _verified(
             steps_kept=kept,
             horizon=horizon,
             reason=reason,
+            cause="drift" if outcome == "quarantined" else None,
         )
 
     if horizon >= total:
@@ -721,15 +825,17 @@ _OUTPUTS = gate_outputs.OUTPUTS
 
 
 def output_paths(out: Path) -> list[Path]:
-    """What a gate writes into *out*, in either layout (never read back as dataset shards)."""
-    return [out / f"{name}{suffix}" for name in _OUTPUTS for suffix in (".jsonl", "")]
+    """What a gate writes into *out*, in either layout (never read back as dataset shards),
+    the RL formats' outputs included."""
+    own = [out / f"{name}{end}" for name in _OUTPUTS for end in (".jsonl", "")]
+    return own + rl_output_paths(out)
 
 
 def _write(
     options: GateOptions,
     policy: Policy,
     scan: Scan,
-    horizons: dict[str, int],
+    verified: Verified,
     verdict: Verdict,
     domain_horizon: int,
     run_id: str,
@@ -753,7 +859,7 @@ def _write(
         try:
             gate_outputs.pause("staged")
             manifest, staged = _stage(
-                options, policy, scan, horizons, verdict, domain_horizon, run_id, progress, parts
+                options, policy, scan, verified, verdict, domain_horizon, run_id, progress, parts
             )
             gate_outputs.pause("written")
             previous = [out / gate_outputs.MANIFEST, *output_paths(out)]
@@ -768,7 +874,7 @@ def _stage(
     options: GateOptions,
     policy: Policy,
     scan: Scan,
-    horizons: dict[str, int],
+    verified: Verified,
     verdict: Verdict,
     domain_horizon: int,
     run_id: str,
@@ -778,10 +884,10 @@ def _stage(
     """Write every output and the manifest into the staging folder *parts*; returns the
     manifest and the staged outputs."""
     minimum = max(1, policy.for_domain(verdict.domain).min_trust_horizon or 0)
-    for name in _OUTPUTS:
+    for name in (*_OUTPUTS, *(rl_name(fmt) for fmt in options.to)):
         (parts / name).mkdir()
     calls = [
-        (index, shard.path, parts, horizons, verdict, domain_horizon, minimum, options, run_id)
+        (index, shard.path, parts, verified, verdict, domain_horizon, minimum, options, run_id)
         for index, shard, _ in _per_shard(scan)
     ]
     progress("total:write", scan.trajectories)
@@ -796,14 +902,15 @@ def _stage(
         )
     )
     counts = _Tally()
-    verified: list[Decision] = []
+    decided: list[Decision] = []
     for shard in written:
         counts.absorb(shard.counts)
-        verified += shard.verified
+        decided += shard.verified
     staged = {name: parts / name for name in _OUTPUTS}
     if options.layout == "joined":
         for name in _OUTPUTS:
             staged[name] = _join([shard.parts[name] for shard in written], parts, name)
+    rl_staged = _stage_rl(options, parts, written)
     finals = {name: options.output_dir / path.name for name, path in staged.items()}
     manifest = Manifest(
         dataset=str(options.dataset),
@@ -827,12 +934,40 @@ def _stage(
         admitted_path=str(finals["admitted"]),
         quarantined_path=str(finals["quarantined"]),
         decisions_path=str(finals["decisions"]),
-        decisions=verified,
+        rl_paths={fmt: str(options.output_dir / path.name) for fmt, path in rl_staged.items()},
+        decisions=decided,
     )
     path = parts / gate_outputs.MANIFEST  # private folder: a plain file, mode as umask says
     with writing(path):
         path.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    return manifest, [staged[name] for name in _OUTPUTS]
+    return manifest, [staged[name] for name in _OUTPUTS] + list(rl_staged.values())
+
+
+def rl_name(fmt: RLFormat) -> str:
+    """The name of the admitted trajectories' output for *fmt* (``admitted.verl``)."""
+    return f"admitted.{fmt}"
+
+
+def rl_output_paths(out: Path) -> list[Path]:
+    """The RL outputs a gate may have written into *out*, in either layout."""
+    return [out / f"{rl_name(fmt)}{end}" for fmt in FORMATS for end in (suffix(fmt), "")]
+
+
+def _stage_rl(
+    options: GateOptions, parts: Path, written: Sequence[ShardWritten]
+) -> dict[str, Path]:
+    """The staged RL outputs per format: joined files, or the folders of parts."""
+    staged: dict[str, Path] = {}
+    for fmt in options.to:
+        name = rl_name(fmt)
+        if options.layout == "joined":
+            target = parts / f"{name}{suffix(fmt)}"
+            join_parts(fmt, [shard.parts[name] for shard in written], target)
+            shutil.rmtree(parts / name)
+            staged[fmt] = target
+        else:
+            staged[fmt] = parts / name
+    return staged
 
 
 class ShardWritten(BaseModel):
@@ -847,7 +982,7 @@ def write_shard(
     index: int,
     path: Path,
     staging: Path,
-    horizons: dict[str, int],
+    verified: Verified,
     verdict: Verdict,
     domain_horizon: int,
     minimum: int,
@@ -859,39 +994,74 @@ def write_shard(
 
     The parts are ``staging/{admitted,quarantined,decisions}/part-NNNNNN.jsonl``
     (NNNNNN: the shard's index). *progress* (here, not on a worker) hears
-    ``("write", n)`` every few thousand lines."""
+    ``("write", n)`` every few thousand lines. With ``options.to``, each admitted
+    trajectory also goes to ``staging/admitted.<format>/part-NNNNNN.<suffix>``."""
     files = {name: staging / name / f"part-{index:06d}.jsonl" for name in _OUTPUTS}
+    rl_files = {
+        fmt: staging / rl_name(fmt) / f"part-{index:06d}{suffix(fmt)}" for fmt in options.to
+    }
     counts = _Tally()
-    verified: list[Decision] = []
+    decided: list[Decision] = []
     counted = _Counted(progress, "write")
     with (
         _PartFile(files["admitted"]) as admitted,
         _PartFile(files["quarantined"]) as quarantined,
-        _PartFile(files["decisions"]) as decided,
+        _PartFile(files["decisions"]) as decisions,
+        contextlib.ExitStack() as stack,
     ):
+        writers = [
+            stack.enter_context(RLWriter(file, ExportOptions(format=fmt)))
+            for fmt, file in rl_files.items()
+        ]
         for line in shard_lines(index, path):
             counted.one()
             data = json.loads(line.text)
             steps = data.get("steps") or []
             decision = _decide(
-                str(data["id"]), len(steps), horizons, verdict, domain_horizon, minimum, options
+                str(data["id"]), len(steps), verified, verdict, domain_horizon, minimum, options
             )
             counts.add(decision)
             if decision.verified:
-                verified.append(decision)
-            decided.write(decision.model_dump_json())
+                decided.append(decision)
+            decisions.write(decision.model_dump_json())
             meta = dict(data.get("meta") or {})
             if decision.outcome == "admitted":
                 meta.update(gate_run_id=run_id, gate_verified=decision.verified)
+                for writer in writers:
+                    _write_rl(writer, data, decision, verified, domain_horizon, run_id, line)
                 if decision.steps_kept < decision.steps:
                     meta.update(cut_at=decision.steps_kept, original_steps=decision.steps)
                     data["steps"] = steps[: decision.steps_kept]
                 admitted.write(_dump({**data, "meta": meta}))
             else:
-                meta["quarantine_reason"] = decision.reason
+                meta.update(quarantine_reason=decision.cause, quarantine_detail=decision.reason)
                 quarantined.write(_dump({**data, "meta": meta}))
     counted.flush()
-    return ShardWritten(parts=files, counts=counts.values, verified=verified)
+    parts = files | {rl_name(fmt): file for fmt, file in rl_files.items()}
+    return ShardWritten(parts=parts, counts=counts.values, verified=decided)
+
+
+def _write_rl(
+    writer: RLWriter,
+    data: dict[str, Any],
+    decision: Decision,
+    verified: Verified,
+    domain_horizon: int,
+    run_id: str,
+    line: Line,
+) -> None:
+    """One admitted trajectory (its kept steps) as one row of *writer*'s RL format."""
+    trajectory = line.parse()
+    fidelity = TrajectoryFidelity(
+        trust_horizon=decision.horizon if decision.horizon is not None else domain_horizon,
+        verified=decision.verified,
+        steps=verified.steps.get(decision.trajectory_id, []),
+        gate_run_id=run_id,
+        outcome_agreement=decision.outcome_agreement,
+    )
+    writer.write(
+        trajectory, fidelity, trajectory.outcome, keep=decision.steps_kept, index=line.number
+    )
 
 
 class _PartFile:

@@ -7,6 +7,7 @@ A policy file::
     max_hallucination_rate = 0.05
     min_trust_horizon = 3     # depth up to which drift stays <= max_drift_rate
     min_steps = 20            # fewer compared steps cannot pass
+    max_false_success_rate = 0.1  # claimed successes whose real check failed
 
     [domains.terminal]        # overrides for one domain
     max_drift_rate = 0.05
@@ -24,6 +25,8 @@ A gate cannot pass an outage or an empty run, whatever the policy says:
   for infrastructure reasons: world-model errors, sandbox failures) is always checked,
   ``DEFAULT_MAX_INFRA_FAILURE_RATE`` when the policy does not set it (``1.0`` turns
   it off explicitly);
+* ``max_false_success_rate`` is checked where the domain has claimed successes with a
+  verified real outcome (:mod:`fidelity.outcomes`); with none there is nothing to bound;
 * a run with no compared step fails (``compared_steps >= 1`` when ``min_steps`` is
   not set);
 * a policy must set at least one limit on drift, hallucination or the trust horizon
@@ -59,6 +62,13 @@ class Thresholds(BaseModel):
     min_trust_horizon: int | None = Field(default=None, ge=0)
     min_steps: int | None = Field(default=None, ge=0)
     max_infra_failure_rate: float | None = Field(default=None, ge=0, le=1)
+    max_false_success_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="claimed successes (simulated or labelled) whose real check failed, over "
+        "the claimed successes with a verified real outcome",
+    )
 
     def checks_quality(self) -> bool:
         """Whether these limits bound drift, hallucination or the trust horizon."""
@@ -216,6 +226,9 @@ def _checks(summary: RunSummary, limits: Thresholds, severity: str) -> list[Chec
                 "infra_failure_rate", infra_failure_rate(totals), limits.max_infra_failure_rate
             )
         )
+    rate = false_success_rate(summary)
+    if limits.max_false_success_rate is not None and rate is not None:
+        checks.append(_at_most("false_success_rate", rate, limits.max_false_success_rate))
     return [c.model_copy(update={"severity": severity}) for c in checks]
 
 
@@ -231,6 +244,14 @@ def _guard_checks(totals: Totals, limits: Thresholds) -> list[Check]:
             )
         )
     return checks
+
+
+def false_success_rate(summary: RunSummary) -> float | None:
+    """The run's domain's false-success rate (None: no claimed success was verified)."""
+    for outcomes in summary.outcomes:
+        if outcomes.domain == summary.run.domain and outcomes.false_success_rate is not None:
+            return outcomes.false_success_rate.value
+    return None
 
 
 def infra_failure_rate(totals: Totals) -> float:

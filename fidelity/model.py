@@ -346,6 +346,30 @@ class McpServer(Strict):
         return self
 
 
+class OutcomeCheck(Strict):
+    """The environment's own test of a trajectory's outcome: a command run in the sandbox
+    after the last step. Exit 0 is success, an exit code in ``failure_codes`` failure;
+    anything else (killed, timed out, a crash by signal, a command that cannot run, an
+    unexpected code) leaves the outcome unverifiable, with the reason."""
+
+    command: Command
+    timeout: float = Field(default=60.0, gt=0, le=3600, description="seconds")
+    failure_codes: list[Annotated[int, Field(ge=1, le=125)]] = Field(
+        default_factory=lambda: [1],
+        description="exit codes that mean the task failed (1: pytest's, unittest's)",
+    )
+
+
+class Outcome(Strict):
+    """How a trajectory ended, as claimed by its simulation or the dataset it came from."""
+
+    success: bool | None = None
+    reward: float | None = None
+    claimed_by: Literal["simulation", "dataset"] | None = Field(
+        default=None, description="simulation: the agent inside the world model; dataset: a label"
+    )
+
+
 class EnvSpec(Strict):
     """What a sandbox needs to start.
 
@@ -381,10 +405,16 @@ class EnvSpec(Strict):
         description="the mcp backend's servers by name (an MCP client's mcpServers); "
         "tools are looked up in this order",
     )
+    check: OutcomeCheck | None = Field(
+        default=None,
+        description="run after the last step: the real outcome (never shown to the world model)",
+    )
 
     def digest(self) -> str:
-        """Stable hash of the spec (cache keys, provenance)."""
-        return stable_hash(self.model_dump(mode="json"))
+        """Stable hash of the spec (cache keys, provenance); an unset check changes nothing."""
+        return stable_hash(
+            self.model_dump(mode="json", exclude={"check"} if self.check is None else None)
+        )
 
 
 class Trajectory(Strict):
@@ -397,6 +427,9 @@ class Trajectory(Strict):
     steps: list[Step] = Field(min_length=1)
     source: Literal["real", "sim", "suite"] = "suite"
     meta: dict[str, Any] = Field(default_factory=dict)
+    outcome: Outcome | None = Field(
+        default=None, description="the outcome claimed for the recorded (simulated) run"
+    )
 
     @field_validator("id")
     @classmethod

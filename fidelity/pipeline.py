@@ -28,6 +28,7 @@ from fidelity.worldmodels.config import (
 if TYPE_CHECKING:  # the sandboxes and the store (DuckDB) load when a replay needs them,
     import asyncio  # so that ``fidelity diff`` (compare only) starts quickly
 
+    from fidelity.outcomes import RealOutcome
     from fidelity.sandboxes.base import Sandbox
     from fidelity.sandboxes.config import SandboxConfigBase
     from fidelity.store import TimedObservation
@@ -190,6 +191,8 @@ class Replayed:
     steps: list[TimedObservation]
     error: str | None = None
     """The sandbox failure that ended the trajectory (every step then failed)."""
+    outcome: RealOutcome | None = None
+    """What the environment's check (``env.check``) said after the last step (None: no check)."""
 
     def complete(self, trajectory: Trajectory) -> bool:
         """True when there is one real observation per step of *trajectory*."""
@@ -202,11 +205,19 @@ def replay(
     """Run every action of *trajectory* in a fresh real sandbox of *sandbox* (always closed).
 
     A pooled backend (Docker) leases a warm sandbox reset between trajectories.
-    Each step may take *step_timeout* seconds (None: ``sandbox.step_timeout``).
+    Each step may take *step_timeout* seconds (None: ``sandbox.step_timeout``). The
+    environment's check (``env.check``), when given, runs in the same sandbox after the
+    last step: the real outcome.
     """
     with sandbox.lease(trajectory.env) as (box, initial):
         timeout = step_timeout or sandbox.step_timeout
-        return Replayed(initial, _run_steps(box, trajectory, timeout))
+        steps = _run_steps(box, trajectory, timeout)
+        check = trajectory.env.check
+        if check is None:
+            return Replayed(initial, steps)
+        from fidelity.outcomes import run_check
+
+        return Replayed(initial, steps, outcome=run_check(box, check))
 
 
 def _run_steps(
@@ -243,7 +254,12 @@ def failed_replay(trajectory: Trajectory, error: str) -> Replayed:
     from fidelity.store import TimedObservation
 
     failed = Observation(error=error)
-    return Replayed(None, [TimedObservation(failed) for _ in trajectory.steps], error)
+    outcome = None
+    if trajectory.env.check is not None:
+        from fidelity.outcomes import unverifiable
+
+        outcome = unverifiable(f"the replay failed before the check: {error}")
+    return Replayed(None, [TimedObservation(failed) for _ in trajectory.steps], error, outcome)
 
 
 def with_initial(trajectory: Trajectory, initial: Observation | None) -> Trajectory:

@@ -54,6 +54,8 @@ from fidelity.processes import alive
 if TYPE_CHECKING:
     import numpy
 
+    from fidelity.outcomes import RealOutcome
+
 DEFAULT_DB = "fidelity.duckdb"
 
 CHECKPOINT_THRESHOLD = "1MB"
@@ -271,6 +273,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             }
         ),
     ),
+    Migration(
+        5,
+        "outcomes: per trajectory, the claimed outcome and the real one (env.check)",
+        (
+            """CREATE TABLE IF NOT EXISTS outcomes (
+    run_id VARCHAR NOT NULL,
+    trajectory_id VARCHAR NOT NULL,
+    claimed_success BOOLEAN,
+    claimed_reward DOUBLE,
+    claimed_by VARCHAR,
+    real_status VARCHAR,
+    real_reason VARCHAR,
+    check_exit_code INTEGER,
+    check_seconds DOUBLE,
+    check_output VARCHAR
+)""",
+        ),
+    ),
 )
 """Every schema change since version 1, in order. Add a change as the next entry."""
 
@@ -304,11 +324,15 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "run_id", "trajectory_id", "depth", "mode", "sample", "judge", "scores", "overall",
         "error", "raw", "judged_at",
     ),
+    "outcomes": (
+        "run_id", "trajectory_id", "claimed_success", "claimed_reward", "claimed_by",
+        "real_status", "real_reason", "check_exit_code", "check_seconds", "check_output",
+    ),
 }  # fmt: skip
 """The columns each writer fills, by name (the insert order never depends on the table's)."""
 
 # judgments go too: a re-audited trajectory's old judgments no longer describe its steps
-_PER_TRAJECTORY_TABLES = ("steps", "observations", "comparisons", "judgments")
+_PER_TRAJECTORY_TABLES = ("steps", "observations", "comparisons", "judgments", "outcomes")
 
 
 @dataclass
@@ -346,6 +370,8 @@ class TrajectoryRecord:
     sim_seconds: float
     error: str | None = None
     extra: list[SimVariant] = field(default_factory=list)
+    outcome: RealOutcome | None = None
+    """What the environment's check said after the replay (None: no check ran)."""
 
     def variants(self) -> list[SimVariant]:
         """Every simulation of the trajectory, the first one included."""
@@ -1000,7 +1026,7 @@ class Store:
             _insert_rows(tx, "judgments", rows)
 
 
-WRITTEN = ("steps", "observations", "comparisons", "trajectories")
+WRITTEN = ("steps", "observations", "comparisons", "outcomes", "trajectories")
 """The tables a trajectory writes, ``trajectories`` (its ``done`` mark) last."""
 
 
@@ -1057,6 +1083,7 @@ class _Batch:
                 continue  # a replay-only record simulated nothing
             self.add_observations(trajectory.id, "sim", variant.mode, variant.sample, variant.sim)
             self.add_comparisons(trajectory, variant.mode, variant.sample, variant.comparisons)
+        self.add_outcome(trajectory, record.outcome)
         status = "failed" if record.error else "done"
         self.add_trajectory(
             trajectory, status, record.error, record.real_seconds, record.sim_seconds, now
@@ -1126,6 +1153,26 @@ class _Batch:
             columns["stale"].append(_json_list(c.stale))
             columns["normalizations"].append(_sorted_json(c.normalizations))
             columns["reasons"].append(_json_list(c.reasons))
+
+    def add_outcome(self, trajectory: Trajectory, real: RealOutcome | None) -> None:
+        """The trajectory's ``outcomes`` row: its claimed and its real outcome (none when
+        it has neither)."""
+        claimed = trajectory.outcome
+        if claimed is None and real is None:
+            return
+        values = (
+            trajectory.id,
+            None if claimed is None else claimed.success,
+            None if claimed is None else claimed.reward,
+            None if claimed is None else claimed.claimed_by,
+            None if real is None else real.status,
+            None if real is None else real.reason,
+            None if real is None else real.exit_code,
+            None if real is None else real.seconds,
+            None if real is None else real.output,
+        )
+        for cells, value in zip(self.tables["outcomes"].values(), values, strict=True):
+            cells.append(value)
 
     def add_trajectory(
         self,

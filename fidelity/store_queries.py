@@ -135,6 +135,18 @@ QUERIES: dict[str, str] = {
     ),
     "drift_per_depth": _DRIFT.format(key="depth"),
     "drift_per_domain": _DRIFT.format(key="0"),
+    # claimed and real outcome per trajectory, with its first drifting (or failed) step
+    "outcomes": """SELECT t.domain, o.trajectory_id, o.claimed_success, o.real_status,
+                  o.real_reason, o.check_exit_code,
+                  (SELECT min(c.depth) FROM comparisons c
+                   WHERE c.run_id = o.run_id AND c.trajectory_id = o.trajectory_id
+                         AND (c.drift OR c.infra_failure)) AS first_drift
+           FROM outcomes o JOIN trajectories t USING (run_id, trajectory_id)
+           WHERE o.run_id = ? ORDER BY t.domain, o.trajectory_id""",
+    # (trajectory, depth, score, drift, infra failure) of the first simulation: the RL export
+    "rl_step_scores": """SELECT trajectory_id, depth, score, drift, infra_failure
+           FROM comparisons WHERE run_id = ? AND sample = 0
+           ORDER BY trajectory_id, depth""",
     "summary_run": "SELECT * FROM runs WHERE run_id = ?",
     "summary_totals": f"""SELECT {RATES},
                    count(*) FILTER (WHERE c.infra_failure) AS infra_failures,

@@ -29,7 +29,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -197,7 +197,7 @@ class TaskRunner:
         else:
             real_result, sim_result = await self.replay(task), None
         real, real_seconds = real_result
-        real = pipeline.Replayed(real.initial, capped(real.steps, task.observation_cap), real.error)
+        real = replace(real, steps=capped(real.steps, task.observation_cap))
         trajectory = pipeline.with_initial(trajectory, real.initial)
         real_obs = [t.observation for t in real.steps]
         if sim_result is None:
@@ -362,6 +362,7 @@ def _record(
         sim_seconds,
         real.error,
         extra=variants[1:],
+        outcome=real.outcome,
     )
 
 

@@ -167,6 +167,51 @@ class JudgeFigures(_Row):
     mean_scores: dict[str, float]  # 0-100 per dimension, and overall
 
 
+class OutcomeTable(_Row):
+    """Claimed (simulated or labelled) outcome × real outcome, over trajectories with both."""
+
+    agree_success: int = 0  # claimed success, real success
+    false_success: int = 0  # claimed success, real failure
+    false_failure: int = 0  # claimed failure, real success
+    agree_failure: int = 0  # claimed failure, real failure
+
+
+class OutcomeCase(_Row):
+    """One trajectory whose claimed outcome the real one contradicts (or could not check)."""
+
+    trajectory_id: str
+    first_drift: int | None  # depth of its first drifting step (None: none drifted)
+    real_exit_code: int | None = None
+    reason: str | None = None  # why the real outcome is unverifiable
+
+
+class HorizonAgreement(_Row):
+    """Outcome agreement among trajectories whose trust horizon covers every step, and the rest."""
+
+    covered: int  # trajectories (with both outcomes) that never drifted
+    covered_agreement: float | None
+    cut: int  # those that drifted somewhere
+    cut_agreement: float | None
+
+
+class DomainOutcomes(_Row):
+    """Claimed against real outcomes of one domain of a run (see :mod:`fidelity.outcomes`)."""
+
+    domain: str
+    trajectories: int  # with a claimed or a real outcome
+    claimed: int  # with a claimed success or failure
+    checked: int  # with a real outcome (verified or not)
+    unverifiable: int  # real outcome unverifiable
+    table: OutcomeTable
+    agreement: Estimate | None  # share of the table's trajectories that agree
+    kappa: float | None  # Cohen's kappa of the table (None: undefined)
+    false_success_rate: Estimate | None  # false successes / claimed successes in the table
+    false_failure_rate: Estimate | None  # false failures / claimed failures in the table
+    false_successes: list[OutcomeCase] = Field(default_factory=list)
+    unverifiable_cases: list[OutcomeCase] = Field(default_factory=list)
+    horizon: HorizonAgreement
+
+
 class RunSummary(_Row):
     """Everything a report or gate needs about one run."""
 
@@ -183,4 +228,5 @@ class RunSummary(_Row):
     trend: list[TrendRow] = Field(default_factory=list)
     simulation: list[ModeSimulation] = Field(default_factory=list)
     judge: JudgeFigures | None = None  # None: the run was not judged
+    outcomes: list[DomainOutcomes] = Field(default_factory=list)  # per domain; [] without any
     min_cell_steps: int = 30

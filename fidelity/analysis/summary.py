@@ -16,6 +16,7 @@ from fidelity.analysis.models import (
     Totals,
     WorstStep,
 )
+from fidelity.analysis.outcomes import outcome_figures
 from fidelity.analysis.simulation import simulation_figures
 from fidelity.store import Store, run_status
 
@@ -37,7 +38,8 @@ def summarize(
 
     With *detail* (the default) the summary also holds the per-cell figures with
     bootstrap intervals (domain × mode × depth and × action type), horizons,
-    entity kinds, normalizations and the trend across runs of the same domain.
+    entity kinds, normalizations and the trend across runs of the same domain. The
+    claimed-against-real outcome figures are always there (the gate checks them).
     """
     run_id = store.require_run(run_id)
     run = _run_info(store, run_id)
@@ -49,6 +51,7 @@ def summarize(
         by_depth=by_depth,
         by_action=_by_action(store, run_id, mode),
         worst=_worst(store, run_id, mode, worst),
+        outcomes=outcome_figures(store, run_id),
         min_cell_steps=min_cell_steps,
     )
     if not detail:

@@ -17,7 +17,9 @@ instruction goes to ``meta["task_instruction"]``, the initial state to
 ``env.initial_observation``, and each turn's action to a structured action
 where its JSON has a known shape (else a :class:`TextAction` holding the
 JSON as written). The whole record stays in ``meta["agentworldbench"]`` so
-simulation rebuilds the reference script's messages byte for byte.
+simulation rebuilds the reference script's messages byte for byte. A record that
+carries ``success`` or ``reward`` (the published samples do not) gives the
+trajectory's claimed ``outcome``.
 
 A record with a ``gen`` field (the reference script's ``predictions.jsonl`` or
 ``judged.jsonl``) imports as a *simulated* recording: its evaluated turn holds
@@ -47,6 +49,7 @@ from fidelity.model import (
     Domain,
     KeystrokesAction,
     Observation,
+    Outcome,
     Step,
     TextAction,
     ToolAction,
@@ -292,7 +295,20 @@ def _trajectory(path: Path, number: int, record: dict[str, Any]) -> Trajectory:
         steps=[Step(action=a, observation=o) for a, o in zip(actions, observations, strict=True)],
         source="sim" if predicted else "real",
         meta=meta,
+        outcome=_claimed_outcome(record),
     )
+
+
+def _claimed_outcome(record: dict[str, Any]) -> Outcome | None:
+    """The outcome a record carries (``success`` and/or ``reward``, where present; the
+    published samples carry none)."""
+    success, reward = record.get("success"), record.get("reward")
+    success = success if isinstance(success, bool) else None
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        reward = None
+    if success is None and reward is None:
+        return None
+    return Outcome(success=success, reward=reward, claimed_by="dataset")
 
 
 def _parsed_gen(gen: str | None, action: Action) -> Observation:

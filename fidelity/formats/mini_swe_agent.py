@@ -10,7 +10,8 @@ provide EXACTLY ONE action…"). A timed-out command ("The last command … time
 out") becomes an observation with ``timed_out`` set; the final submission
 (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff``) keeps its text
 without an exit code. The trajectory id is ``instance_id`` (else the file
-name); it is of domain ``swe`` and plain ``info`` fields go to ``meta``.
+name); it is of domain ``swe`` and plain ``info`` fields go to ``meta``, its claimed
+outcome (exit status and submission) to ``outcome``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fidelity.errors import InputFormatError, NotFoundError
-from fidelity.formats.swe_agent import plain_fields
+from fidelity.formats.swe_agent import claimed_outcome, plain_fields
 from fidelity.model import CommandAction, Domain, Observation, Step, Trajectory
 
 FORMAT_PREFIX = "mini-swe-agent"
@@ -60,6 +61,7 @@ def read_mini_swe_agent(path: str | os.PathLike[str]) -> Trajectory:
         steps=steps,
         source="real",
         meta={"imported_from": str(path), "mini_swe_agent": plain_fields(info)},
+        outcome=claimed_outcome(info),
     )
 
 

@@ -18,8 +18,8 @@ What a row holds:
   recorded history.
 - ``data_source``: the options' (a dataset's name), else ``fidelity/<domain>``; the
   domain is verl's ``ability`` and SkyRL's ``env_class``.
-- the reward fields: ``ground_truth`` is the trajectory's :class:`Outcome` (``success``,
-  ``reward``, ``claimed_by``) when one is given, else null.
+- the reward fields: ``ground_truth`` is the trajectory's :class:`~fidelity.model.Outcome`
+  (``success``, ``reward``, ``claimed_by``) when one is given, else null.
 - ``extra_info`` (the JSONL formats' metadata): fidelity's verdicts, a struct whose fields
   are the same in every row (:data:`EXTRA_INFO_FIELDS`; Parquet needs a stable schema, so
   free-form values such as the environment spec are JSON strings): ``trust_horizon``,
@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fidelity.errors import UsageError
 from fidelity.formats.jsonl import json_line
-from fidelity.model import Step, Trajectory
+from fidelity.model import Outcome, Step, Trajectory
 from fidelity.worldmodels.prompting import TASK_META
 
 RLFormat = Literal["verl", "skyrl", "openrlhf", "slime"]
@@ -89,16 +89,6 @@ TURN_FIELDS: Final = (
     "drift",
 )
 """The fields of each entry of ``extra_info.turns``."""
-
-
-class Outcome(BaseModel):
-    """How a trajectory ended, as its recorder claims: the reward fields' ground truth."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    success: bool | None = None
-    reward: float | None = None
-    claimed_by: str | None = Field(default=None, description="who judged it (tests, a judge…)")
 
 
 class StepVerdict(BaseModel):

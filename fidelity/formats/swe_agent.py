@@ -7,7 +7,8 @@ action are left out. Files without a ``trajectory`` list (history-only files,
 as older SWE-agent versions and some demonstrations write them) are read from
 ``history``: each assistant message's ``action`` (else its last fenced block)
 and the user message after it as the observation. The trajectory is of domain ``swe``; ``info`` fields
-that are plain values (exit status, submission…) are kept in ``meta``.
+that are plain values (exit status, submission…) are kept in ``meta``, and the
+outcome the run claims (:func:`claimed_outcome`) in ``outcome``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fidelity.errors import InputFormatError, NotFoundError
-from fidelity.model import CommandAction, Domain, Observation, Step, Trajectory
+from fidelity.model import CommandAction, Domain, Observation, Outcome, Step, Trajectory
 
 _MAX_META = 2000
 
@@ -55,6 +56,7 @@ def read_swe_agent(path: str | os.PathLike[str]) -> Trajectory:
         steps=kept,
         source="real",
         meta={"imported_from": str(path), "swe_agent": plain_fields(info)},
+        outcome=claimed_outcome(info),
     )
 
 
@@ -99,6 +101,20 @@ def _history_steps(path: Path, history: list[Any]) -> list[Step | None]:
             )
         )
     return steps
+
+
+def claimed_outcome(info: dict[str, Any]) -> Outcome | None:
+    """What a SWE-agent or mini-swe-agent run claims from its ``info``: success when it
+    ended ``submitted`` with a non-empty ``submission`` (a patch), failure when it ended
+    any other way (cost or context limit, format errors) or submitted nothing; None when
+    the file records no exit status. The claim is the recording's, never a grading."""
+    status = info.get("exit_status")
+    if not isinstance(status, str) or not status.strip():
+        return None
+    submission = info.get("submission")
+    submitted = isinstance(submission, str) and bool(submission.strip())
+    success = status.strip().lower() == "submitted" and submitted
+    return Outcome(success=success, claimed_by="dataset")
 
 
 def plain_fields(info: dict[str, Any]) -> dict[str, Any]:

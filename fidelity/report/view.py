@@ -488,4 +488,5 @@ def detail_context(summary: RunSummary) -> dict[str, Any]:
         "trend_svg": trend_chart(summary.trend),
         "simulation": [s for s in summary.simulation if s.sampling or s.controllability],
         "judge": summary.judge,
+        "outcomes": summary.outcomes,
     }

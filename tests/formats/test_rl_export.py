@@ -100,7 +100,7 @@ def _long() -> Trajectory:
     )
 
 
-GROUND_TRUTH = {"success": True, "reward": 1.0, "claimed_by": "tests"}
+GROUND_TRUTH = {"success": True, "reward": 1.0, "claimed_by": "dataset"}
 TERMINAL_FIDELITY = TrajectoryFidelity(
     trust_horizon=2,
     verified=True,

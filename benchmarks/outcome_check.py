@@ -1,0 +1,58 @@
+"""The cost of the outcome check (``env.check``) per trajectory, against the replay itself.
+
+Replays the bundled terminal suite in the local (bubblewrap) sandbox with a trivial check
+(``true``) on every trajectory, and prints per trajectory the replay's wall time (reset,
+steps, check and close), the check's own seconds, and their ratio; then the totals.
+
+    python benchmarks/outcome_check.py [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from fidelity.model import EnvSpec, OutcomeCheck, Trajectory
+from fidelity.pipeline import load_suite, replay
+from fidelity.resources import default_suite
+from fidelity.sandboxes import sandbox_config
+
+
+def with_check(trajectory: Trajectory, command: str) -> Trajectory:
+    """*trajectory* whose environment carries the check *command*."""
+    env: EnvSpec = trajectory.env.model_copy(update={"check": OutcomeCheck(command=command)})
+    return trajectory.model_copy(update={"env": env})
+
+
+def main() -> None:
+    """Replay the suite with a trivial check and print both costs."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1, help="replays of the whole suite")
+    parser.add_argument("--check", default="true", help="the check command")
+    args = parser.parse_args()
+    suite = [with_check(t, args.check) for t in load_suite(default_suite("terminal"), "terminal")]
+    config = sandbox_config("terminal", None, {}, "outcome-check-benchmark")
+    replays: list[float] = []
+    checks: list[float] = []
+    for _ in range(args.rounds):
+        for trajectory in suite:
+            started = time.perf_counter()
+            replayed = replay(trajectory, config)
+            replays.append(time.perf_counter() - started)
+            outcome = replayed.outcome
+            if outcome is None or outcome.seconds is None or outcome.status != "success":
+                raise SystemExit(f"{trajectory.id}: the check did not succeed: {outcome}")
+            checks.append(outcome.seconds)
+    print(f"trajectories replayed: {len(replays)} (suite of {len(suite)}, {args.rounds} rounds)")
+    for name, values in (("replay (with check)", replays), ("check only", checks)):
+        print(
+            f"{name:>20}: median {statistics.median(values) * 1000:8.1f} ms, "
+            f"total {sum(values):7.2f} s"
+        )
+    ratio = sum(checks) / sum(replays)
+    print(f"check / replay: {ratio:.3f} ({ratio * 100:.1f}% of a trajectory's replay time)")
+
+
+if __name__ == "__main__":
+    main()

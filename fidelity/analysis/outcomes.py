@@ -1,0 +1,154 @@
+"""Claimed against real outcomes, per domain: the 2×2 table, agreement, kappa, false rates.
+
+A trajectory's claimed outcome (its simulation's, or its dataset's label) and its real
+one (the environment's check after the replay, :mod:`fidelity.outcomes`) are stored per
+trajectory. Only trajectories with both a claimed success/failure and a verified real
+outcome enter the table; unverifiable real outcomes are counted and listed with their
+reason. Rates carry bootstrap 95% intervals over trajectories (:func:`bootstrap_rate`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fidelity import store_queries as queries
+from fidelity.analysis.cells import BOOTSTRAP_RESAMPLES, _seed, bootstrap_rate
+from fidelity.analysis.models import (
+    DomainOutcomes,
+    Estimate,
+    HorizonAgreement,
+    OutcomeCase,
+    OutcomeTable,
+)
+from fidelity.store import Store
+
+OUTCOMES_SCHEMA = 5
+"""The store schema version that added the ``outcomes`` table."""
+
+OutcomeRow = tuple[str, str, bool | None, str | None, str | None, int | None, int | None]
+"""``(domain, trajectory_id, claimed_success, real_status, real_reason, exit_code,
+first_drift)`` as the ``outcomes`` query returns it."""
+
+
+def outcome_figures(
+    store: Store, run_id: str, resamples: int = BOOTSTRAP_RESAMPLES
+) -> list[DomainOutcomes]:
+    """The outcome figures of every domain of *run_id* that has any outcome (none in a
+    read-only store older than the outcomes table)."""
+    if (store.schema_version() or 1) < OUTCOMES_SCHEMA:
+        return []
+    by_domain: dict[str, list[OutcomeRow]] = defaultdict(list)
+    for found in queries.rows(store, "outcomes", [run_id]):
+        by_domain[str(found[0])].append(_typed(found))
+    return [domain_outcomes(d, rows, resamples) for d, rows in sorted(by_domain.items())]
+
+
+def _typed(found: Sequence[Any]) -> OutcomeRow:
+    domain, tid, claimed, status, reason, code, drift = found
+    return (str(domain), str(tid), claimed, status, reason, code, drift)
+
+
+def real_success(status: str | None) -> bool | None:
+    """The stored real status as True/False, None when unverifiable or not checked."""
+    return {"success": True, "failure": False}.get(status or "")
+
+
+def domain_outcomes(
+    domain: str, rows: Sequence[OutcomeRow], resamples: int = BOOTSTRAP_RESAMPLES
+) -> DomainOutcomes:
+    """The figures of one domain from its trajectories' outcome rows."""
+    table = OutcomeTable()
+    claimed_flags: list[bool] = []
+    real_flags: list[bool] = []
+    covered: list[bool] = []
+    false_successes: list[OutcomeCase] = []
+    unverifiable: list[OutcomeCase] = []
+    for _, tid, claimed, status, reason, code, drift in rows:
+        real = real_success(status)
+        if status == "unverifiable":
+            unverifiable.append(OutcomeCase(trajectory_id=tid, first_drift=drift, reason=reason))
+        if claimed is None or real is None:
+            continue
+        claimed_flags.append(claimed)
+        real_flags.append(real)
+        covered.append(drift is None)
+        _count(table, claimed, real)
+        if claimed and not real:
+            false_successes.append(
+                OutcomeCase(trajectory_id=tid, first_drift=drift, real_exit_code=code)
+            )
+    claims = np.array(claimed_flags, dtype=float)
+    reals = np.array(real_flags, dtype=float)
+    agree = (claims == reals).astype(float)
+    seed = _seed("outcomes", domain)
+    return DomainOutcomes(
+        domain=domain,
+        trajectories=len(rows),
+        claimed=sum(r[2] is not None for r in rows),
+        checked=sum(r[3] is not None for r in rows),
+        unverifiable=len(unverifiable),
+        table=table,
+        agreement=_rate(agree, np.ones_like(agree), seed, resamples),
+        kappa=cohen_kappa(table),
+        false_success_rate=_rate(claims * (1 - reals), claims, seed + 1, resamples),
+        false_failure_rate=_rate((1 - claims) * reals, 1 - claims, seed + 2, resamples),
+        false_successes=false_successes,
+        unverifiable_cases=unverifiable,
+        horizon=_horizon_agreement(agree, np.array(covered, dtype=bool)),
+    )
+
+
+_CELLS = {
+    (True, True): "agree_success",
+    (True, False): "false_success",
+    (False, True): "false_failure",
+    (False, False): "agree_failure",
+}
+"""The table's cell for (claimed success, real success)."""
+
+
+def _count(table: OutcomeTable, claimed: bool, real: bool) -> None:
+    name = _CELLS[(claimed, real)]
+    setattr(table, name, getattr(table, name) + 1)
+
+
+def _rate(
+    numerators: np.ndarray[Any, Any], denominators: np.ndarray[Any, Any], seed: int, resamples: int
+) -> Estimate | None:
+    """The ratio with its interval; None when its denominator is empty."""
+    if not denominators.sum():
+        return None
+    return bootstrap_rate(numerators, denominators, seed, resamples)
+
+
+def cohen_kappa(table: OutcomeTable) -> float | None:
+    """Cohen's kappa of claimed against real; None for an empty table or when chance
+    agreement is total (both sides constant and equal: kappa is undefined)."""
+    n = table.agree_success + table.false_success + table.false_failure + table.agree_failure
+    if n == 0:
+        return None
+    observed = (table.agree_success + table.agree_failure) / n
+    claimed_yes = (table.agree_success + table.false_success) / n
+    real_yes = (table.agree_success + table.false_failure) / n
+    expected = claimed_yes * real_yes + (1 - claimed_yes) * (1 - real_yes)
+    if expected >= 1:
+        return None
+    return (observed - expected) / (1 - expected)
+
+
+def _horizon_agreement(
+    agree: np.ndarray[Any, Any], covered: np.ndarray[Any, Any]
+) -> HorizonAgreement:
+    def share(mask: np.ndarray[Any, Any]) -> float | None:
+        return float(agree[mask].mean()) if mask.any() else None
+
+    return HorizonAgreement(
+        covered=int(covered.sum()),
+        covered_agreement=share(covered),
+        cut=int((~covered).sum()),
+        cut_agreement=share(~covered),
+    )
