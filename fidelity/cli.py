@@ -769,6 +769,14 @@ def gate(
     ] = None,
     ray_results: RayResultsOption = "driver",
     ray_results_dir: RayResultsDirOption = None,
+    to: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--to",
+            help="Also write the admitted data for an RL stack: verl, skyrl (Parquet), "
+            "openrlhf, slime (JSONL); repeatable. Needs a DATASET.",
+        ),
+    ] = None,
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -782,6 +790,8 @@ def gate(
     rules = load_policy(policy)
     if dataset is None:
         _gate_usage(sample, replay_all, cut_at_horizon, allow_root, layout)
+        if to:
+            raise UsageError("--to needs a DATASET argument")
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
@@ -806,6 +816,7 @@ def gate(
                     "executor": _executor(executor, ray_address),
                     "ray_address": ray_address,
                     "layout": _layout(layout),
+                    "to": _rl_formats(to or []),
                     **_ray_results(executor, ray_results, ray_results_dir),
                 },
                 progress,
@@ -847,6 +858,17 @@ def _gate_usage(
         raise UsageError("--allow-root needs a DATASET argument")
     if layout is not None:
         raise UsageError("--layout needs a DATASET argument")
+
+
+def _rl_formats(values: list[str]) -> list[str]:
+    """``--to``: each a format the RL export writes, once."""
+    from fidelity.errors import UsageError
+
+    known = ("verl", "skyrl", "openrlhf", "slime")
+    for value in values:
+        if value not in known:
+            raise UsageError(f"--to {value!r}: choose {', '.join(known)}")
+    return list(dict.fromkeys(values))
 
 
 def _layout(value: str | None) -> str:

@@ -464,3 +464,40 @@ def test_layout_needs_a_dataset_and_a_known_name(tmp_path: Path, db_path: Path) 
     unknown = CliRunner().invoke(app, [*base, str(dataset), "--layout", "split"])
     assert unknown.exit_code == 2 and "choose joined or sharded" in unknown.output
     assert not db_path.exists()
+
+
+@pytest.mark.bwrap
+def test_gate_to_writes_the_rl_formats_beside_the_jsonl(
+    tmp_path: Path, db_path: Path, bwrap: None
+) -> None:
+    dataset = _dataset(tmp_path, {"clean": None, "late": 3})
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.9\n")
+    out = tmp_path / "out"
+    base = ["gate", str(dataset), "--policy", str(policy), "--all", "--db", str(db_path)]
+    result = CliRunner().invoke(
+        app, [*base, "-o", str(out), "--to", "verl", "--to", "openrlhf", "--to", "verl", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted(manifest["rl_paths"]) == ["openrlhf", "verl"]
+    admitted = [json.loads(line) for line in (out / "admitted.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in Path(manifest["rl_paths"]["openrlhf"]).read_text().splitlines()
+    ]
+    assert len(rows) == len(admitted) > 0
+    assert Path(manifest["rl_paths"]["verl"]).stat().st_size > 0
+
+
+def test_gate_to_refuses_an_unknown_format_and_a_stored_run(tmp_path: Path, db_path: Path) -> None:
+    dataset = _dataset(tmp_path, {"a": None})
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.1\n")
+    runner = CliRunner()
+    unknown = runner.invoke(
+        app, ["gate", str(dataset), "--policy", str(policy), "--to", "tfrecord"]
+    )
+    assert unknown.exit_code == 2
+    assert "--to 'tfrecord': choose verl, skyrl, openrlhf, slime" in unknown.output
+    stored = runner.invoke(
+        app, ["gate", "--policy", str(policy), "--to", "verl", "--db", str(db_path)]
+    )
+    assert stored.exit_code == 2 and "--to needs a DATASET" in stored.output
