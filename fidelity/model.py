@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     field_validator,
     model_validator,
 )
@@ -39,6 +40,9 @@ OsText = Annotated[str, AfterValidator(_no_nul)]
 """Text handed to the operating system (a command, a path, an environment variable):
 a NUL would cut it short there, so it is refused. Observations and other text
 may hold NULs (a program's real output can)."""
+
+IMAGE_REFERENCE: Final = r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[0-9a-f]{64})?$"
+"""A container image reference: ``name``, ``name:tag``, ``registry/name:tag`` or ``name@digest``."""
 
 Command = Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]
 """A command line: not empty, no NUL."""
@@ -385,6 +389,13 @@ class EnvSpec(Strict):
         "sandboxes/<domain>/<project>/",
     )
     workdir: OsText | None = None
+    image: Annotated[OsText, StringConstraints(pattern=IMAGE_REFERENCE, max_length=255)] | None = (
+        Field(
+            default=None,
+            description="docker/swe backends: the container image of this trajectory (a name, "
+            "name:tag or name@digest), used instead of the configured default",
+        )
+    )
     setup: list[OsText] = Field(default_factory=list)
     env: dict[OsText, OsText] = Field(default_factory=dict)
     description: str | None = Field(default=None, description="shown to the world model")
@@ -411,10 +422,10 @@ class EnvSpec(Strict):
     )
 
     def digest(self) -> str:
-        """Stable hash of the spec (cache keys, provenance); an unset check changes nothing."""
-        return stable_hash(
-            self.model_dump(mode="json", exclude={"check"} if self.check is None else None)
-        )
+        """Stable hash of the spec (cache keys, provenance); an unset check or image changes
+        nothing."""
+        unset = {name for name in ("check", "image") if getattr(self, name) is None}
+        return stable_hash(self.model_dump(mode="json", exclude=unset or None))
 
 
 class Trajectory(Strict):

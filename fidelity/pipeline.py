@@ -249,6 +249,18 @@ def replay_or_fail(
         return failed_replay(trajectory, f"{type(exc).__name__}: {exc}")
 
 
+UNVERIFIABLE = "EnvironmentUnavailableError: "
+"""How a stored replay error starts when the trajectory's environment could not be had
+(its image missing and not pullable): the trajectory is unverifiable, not drifting."""
+
+
+def unverifiable_reason(error: str | None) -> str | None:
+    """The reason a trajectory is unverifiable, from its stored replay *error*; else None."""
+    if error is None or not error.startswith(UNVERIFIABLE):
+        return None
+    return error[len(UNVERIFIABLE) :]
+
+
 def failed_replay(trajectory: Trajectory, error: str) -> Replayed:
     """Every step of *trajectory* failed with *error* (its sandbox or its worker died)."""
     from fidelity.store import TimedObservation
@@ -258,7 +270,12 @@ def failed_replay(trajectory: Trajectory, error: str) -> Replayed:
     if trajectory.env.check is not None:
         from fidelity.outcomes import unverifiable
 
-        outcome = unverifiable(f"the replay failed before the check: {error}")
+        reason = unverifiable_reason(error)
+        outcome = unverifiable(
+            f"the environment could not be had: {reason}"
+            if reason is not None
+            else f"the replay failed before the check: {error}"
+        )
     return Replayed(None, [TimedObservation(failed) for _ in trajectory.steps], error, outcome)
 
 

@@ -36,12 +36,18 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from fidelity.errors import SandboxError, SetupFailedError
+from fidelity.errors import SandboxError, SetupFailedError, UsageError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.config import ShellLimits
-from fidelity.sandboxes.images import AGENT_UID, docker_client, ensure_image
+from fidelity.sandboxes.images import (
+    AGENT_UID,
+    ImageProfile,
+    docker_client,
+    ensure_image,
+    resolve_image,
+)
 from fidelity.sandboxes.shell import (
     CONTROL,
     GITCONFIG,
@@ -64,6 +70,11 @@ _TMUX = "tmux -L fidelity"
 _counter = itertools.count(1)
 _image_cache: dict[str, str] = {}
 _image_lock = threading.Lock()
+_BASH = "/bin/bash"
+
+
+class ImageUnsuitableError(UsageError):
+    """A trajectory's image lacks what the harness needs inside it (bash, coreutils, ...)."""
 
 
 class DockerConfig(ShellLimits):
@@ -105,6 +116,7 @@ class DockerSandbox(Sandbox):
         self._shell: ShellSession | None = None
         self._exec_id: str | None = None  # the shell's docker exec
         self._env: EnvSpec | None = None
+        self._profile: ImageProfile | None = None  # a trajectory's own image (env.image)
         self._cwd = MOUNT
         self._partial_keys = False
         self._cgroup: dict[str, Path] = {}
@@ -127,11 +139,10 @@ class DockerSandbox(Sandbox):
         self._closed.clear()
         if self._client is None:
             self._client = docker_client()
-        image = self._image()
+        image = self._image(env)
         track(self)
         self._env = env
         self._cwd = self._start_dir(env)
-        archive = workdir_archive(env)
         warm = _warm_pool(self._client, image, self._create_options(), self.config.warm)
         with self._lifecycle:
             if self._closed.is_set():
@@ -141,6 +152,7 @@ class DockerSandbox(Sandbox):
                 image, name=_container_name(), **self._create_options()
             )
         container = self._container
+        archive = workdir_archive(env, self._harness_files(), self._owner(container))
         if not container.put_archive("/", archive):
             raise SandboxError("copying the workdir into the container failed")
         self._start_container(running=taken is not None)
@@ -162,7 +174,10 @@ class DockerSandbox(Sandbox):
         return None
 
     def _start_dir(self, env: EnvSpec) -> str:
-        """Where the shell starts (and the setup runs): the workdir copy."""
+        """Where the shell starts (and the setup runs): the workdir copy, else the WORKDIR
+        of the trajectory's own image."""
+        if self._profile is not None and self._profile.workdir and not env.workdir:
+            return self._profile.workdir
         return MOUNT
 
     def alive(self) -> bool:
@@ -191,7 +206,12 @@ class DockerSandbox(Sandbox):
             _remove(container)
         untrack(self)
 
-    def _image(self) -> str:
+    def _image(self, env: EnvSpec) -> str:
+        """The image of *env*: its own (``env.image``, resolved), else the configured one."""
+        self._profile = None
+        if env.image:
+            self._profile = resolve_image(self._client, env.image)
+            return env.image
         if self.config.image:
             return self.config.image
         with _image_lock:
@@ -239,7 +259,52 @@ class DockerSandbox(Sandbox):
         }
 
     def _environment(self) -> dict[str, str]:
-        return {**SANDBOX_ENVIRONMENT, **(self._env.env if self._env else {})}
+        """The shell's environment: the harness's, the own image's ENV, the trajectory's."""
+        own = self._profile.env if self._profile is not None else {}
+        return {**SANDBOX_ENVIRONMENT, **own, **(self._env.env if self._env else {})}
+
+    def _user(self) -> str:
+        """Who the shell runs as: the own image's USER (root when it names none), else agent."""
+        if self._profile is not None:
+            return self._profile.user or "0:0"
+        return f"{AGENT_UID}:{AGENT_UID}"
+
+    def _owner(self, container: Any) -> tuple[int, int]:
+        """Who owns the workdir copy: the shell's user (an own image's USER, looked up in its
+        ``/etc/passwd`` and ``/etc/group``), else the agent."""
+        if self._profile is None:
+            return AGENT_UID, AGENT_UID
+        user, _, group = (self._profile.user or "0").partition(":")
+        uid, gid = _lookup(container, "/etc/passwd", user)
+        if group:
+            gid = _lookup(container, "/etc/group", group)[0]
+        return uid, gid
+
+    def _harness_files(self) -> dict[str, bytes]:
+        """Files the harness copies into an own image (path under ``CONTROL``: bytes)."""
+        return {}
+
+    def _requirements(self) -> list[str]:
+        """Commands the harness runs inside the image, besides bash."""
+        return ["cat", "ls"]
+
+    def _check_image(self) -> None:
+        """An own image lacking bash or a required command: ImageUnsuitableError (one line)."""
+        if self._profile is None:
+            return
+        names = " ".join(self._requirements())
+        script = f'for c in {names}; do command -v "$c" >/dev/null 2>&1 || printf "%s " "$c"; done'
+        code, text = self._exec([_BASH, "--noprofile", "--norc", "-c", script], user="0:0")
+        if code in (126, 127) or code is None:
+            missing = f"bash ({_BASH})"
+        elif code != 0 or not text.strip():
+            return
+        else:
+            missing = ", ".join(text.split())
+        raise ImageUnsuitableError(
+            f"env.image {self._profile.reference!r} lacks {missing}, which the "
+            f"{self.name} backend runs inside the image"
+        )
 
     def _start_container(self, running: bool = False) -> None:
         """Start (or restart) the container, then a shell at the last known cwd."""
@@ -250,6 +315,7 @@ class DockerSandbox(Sandbox):
         if not running:
             container.start()
         container.reload()
+        self._check_image()
         self._locate_cgroup(container)
         self._pid_baseline = 4  # docker-init, sleep, the two bash processes of the shell
         self._keepalive = self._keepalive_pid()
@@ -280,7 +346,7 @@ class DockerSandbox(Sandbox):
                 stdout=True,
                 stderr=True,
                 tty=False,
-                user=f"{AGENT_UID}:{AGENT_UID}",
+                user=self._user(),
                 workdir=MOUNT,
                 environment=self._environment(),
             )["Id"]
@@ -336,14 +402,19 @@ class DockerSandbox(Sandbox):
         others = [pid for pid in pids if pid != self._shell_host_pid]
         return containment.fd_holders(others, self._stdin_link)
 
-    def _exec(self, argv: list[str], timeout: float = 30.0) -> tuple[int | None, str]:
-        """Run *argv* as the agent in a separate ``docker exec``; (exit code, output)."""
+    def _exec(
+        self, argv: list[str], timeout: float = 30.0, user: str | None = None
+    ) -> tuple[int | None, str]:
+        """Run *argv* as the agent (or *user*) in a separate ``docker exec``; (code, output)."""
         with self._lifecycle:
             if self._closed.is_set() or self._container is None:
                 raise SandboxError("the sandbox was closed while a step ran")
             container = self._container
         api = self._client.api
-        exec_id = api.exec_create(container.id, argv, user=f"{AGENT_UID}:{AGENT_UID}")["Id"]
+        environment = self._environment() if self._profile is not None else None
+        exec_id = api.exec_create(
+            container.id, argv, user=user or self._user(), environment=environment
+        )["Id"]
         output = api.exec_start(exec_id, stream=False)
         code = api.exec_inspect(exec_id).get("ExitCode")
         return code, output.decode(errors="replace")
@@ -789,12 +860,33 @@ def close_pools() -> int:
 atexit.register(close_pools)
 
 
-def workdir_archive(env: EnvSpec) -> bytes:
-    """A tar of the workdir (at ``workspace/``), ``~/.gitconfig`` and setup scripts."""
+def _lookup(container: Any, table: str, name: str) -> tuple[int, int]:
+    """(id, group id) of user or group *name* (or a number) in the container's *table*."""
+    if name.isdigit():
+        return int(name), int(name)
+    chunks, _ = container.get_archive(table)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+        member = tar.extractfile(tar.getmembers()[0])
+        text = member.read().decode(errors="replace") if member is not None else ""
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and fields[0] == name and fields[2].isdigit():
+            gid = fields[3] if len(fields) > 3 and fields[3].isdigit() else fields[2]
+            return int(fields[2]), int(gid)
+    raise ImageUnsuitableError(f"the image's USER names {name!r}, which its {table} lacks")
+
+
+def workdir_archive(
+    env: EnvSpec,
+    harness: dict[str, bytes] | None = None,
+    owner: tuple[int, int] = (AGENT_UID, AGENT_UID),
+) -> bytes:
+    """A tar of the workdir (at ``workspace/``), ``~/.gitconfig``, setup scripts and the
+    *harness* files (name under ``CONTROL``: bytes); the workdir and ``~`` owned by *owner*."""
 
     def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = AGENT_UID
-        info.uname = info.gname = "agent"
+        info.uid, info.gid = owner
+        info.uname = info.gname = ""
         return info
 
     buffer = io.BytesIO()
@@ -809,6 +901,8 @@ def workdir_archive(env: EnvSpec) -> bytes:
             if command.startswith("@"):
                 data = Path(command[1:]).read_bytes()
                 _add_file(tar, f"{CONTROL.lstrip('/')}/setup-{index}.sh", data, None)
+        for name, data in (harness or {}).items():
+            _add_file(tar, f"{CONTROL.lstrip('/')}/{name}", data, None)
     return buffer.getvalue()
 
 

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from fidelity.errors import NotFoundError, SandboxError, SandboxUnavailableError
 from fidelity.resources import data_dir
 
@@ -297,3 +299,48 @@ def buildable_domains() -> list[str]:
     """Domains that have an image recipe."""
     root = data_dir("sandboxes")
     return sorted(p.parent.parent.name for p in root.glob("*/image/Dockerfile"))
+
+
+class EnvironmentUnavailableError(SandboxError):
+    """A trajectory's environment cannot be had (its image is missing and cannot be pulled):
+    the trajectory is *unverifiable*, not failed, and the others go on."""
+
+
+class ImageProfile(BaseModel):
+    """What a container image says about how it is entered (``docker image inspect``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reference: str
+    workdir: str = Field(default="", description="its WORKDIR ('' = none)")
+    user: str = Field(default="", description="its USER ('' = root)")
+    env: dict[str, str] = Field(default_factory=dict, description="its ENV")
+
+
+def resolve_image(client: Any, reference: str) -> ImageProfile:
+    """*reference*'s profile, pulled first where it is not here.
+
+    Raises :class:`EnvironmentUnavailableError` (one line) when the image is
+    neither here nor pullable (no registry answers, no such image).
+    """
+    import docker
+
+    try:
+        image = client.images.get(reference)
+    except docker.errors.ImageNotFound:
+        try:
+            image = client.images.pull(reference)
+        except docker.errors.DockerException as exc:
+            reason = " ".join(str(getattr(exc, "explanation", None) or exc).split())[:300]
+            raise EnvironmentUnavailableError(
+                f"image {reference!r} is not here and pulling it failed: {reason}"
+            ) from exc
+    config = image.attrs.get("Config") or {}
+    pairs = (item.partition("=") for item in config.get("Env") or [])
+    env = {name: value for name, _, value in pairs}
+    return ImageProfile(
+        reference=reference,
+        workdir=config.get("WorkingDir") or "",
+        user=config.get("User") or "",
+        env=env,
+    )

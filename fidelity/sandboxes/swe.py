@@ -35,8 +35,9 @@ from typing import Any
 from fidelity.compare.swe import diff_files, pass_fail_map
 from fidelity.errors import SandboxError
 from fidelity.model import Action, CommandAction, EnvSpec, Observation, ToolAction
+from fidelity.resources import data_dir
 from fidelity.sandboxes.docker import DockerSandbox, workdir_archive
-from fidelity.sandboxes.shell import quote
+from fidelity.sandboxes.shell import CONTROL, quote
 
 REPOS = "/repos"
 PIN_TAG = "fidelity-pin"
@@ -45,6 +46,7 @@ _BASELINE_ENV = (
     "GIT_AUTHOR_DATE=2024-01-01T00:00:00+00:00 GIT_COMMITTER_DATE=2024-01-01T00:00:00+00:00"
 )
 _STATE_TIMEOUT = 30.0
+_EDITOR = "str_replace_editor.py"
 
 
 def repo_path(project: str) -> str:
@@ -65,7 +67,7 @@ class SweSandbox(DockerSandbox):
         """Start a fresh container on ``env.project``, run the setup, commit the baseline."""
         project = _project(env)
         super().reset(env)
-        return self._enter(project)
+        return self._enter(project or env.image or "")
 
     def recycle(self, env: EnvSpec) -> Observation | None:
         """Reset this running container to a clean *env* (the pool's fast reset).
@@ -74,6 +76,9 @@ class SweSandbox(DockerSandbox):
         cleanup failed: the caller then starts a fresh one with :meth:`reset`.
         """
         project = _project(env)
+        if env.image or self._profile is not None or project is None:  # an own image: no pin
+            self.close()
+            return None
         if not self.alive() or self._keepalive is None:
             self.close()
             return None
@@ -95,7 +100,18 @@ class SweSandbox(DockerSandbox):
         return self._enter(project)
 
     def _start_dir(self, env: EnvSpec) -> str:
-        return repo_path(_project(env))
+        """The project's repository; in an own image (``env.image``), its WORKDIR."""
+        if env.image:
+            return super()._start_dir(env)
+        return repo_path(_project(env) or "")
+
+    def _requirements(self) -> list[str]:
+        return [*super()._requirements(), "python3", "git"]
+
+    def _harness_files(self) -> dict[str, bytes]:
+        if self._profile is None:
+            return {}
+        return {_EDITOR: (data_dir("sandboxes") / "swe" / "image" / _EDITOR).read_bytes()}
 
     def _clean(self) -> str:
         """Shell script: kill every process but init and the keepalive, restore every repo."""
@@ -114,7 +130,7 @@ class SweSandbox(DockerSandbox):
 
     def _enter(self, project: str) -> Observation:
         """Check the repository, commit what the setup changed as the baseline."""
-        repo = repo_path(project)
+        repo = self._start_dir(self._env) if self._env else repo_path(project)
         if self._cwd != repo:
             raise SandboxError(f"env.project {project!r}: no repository {repo} in the image")
         commit = self._internal(
@@ -151,9 +167,10 @@ class SweSandbox(DockerSandbox):
                 return _tool_error("Parameter `command` is required for tool: bash")
             return super().step(CommandAction(command=command), timeout)
         if action.tool == "str_replace_editor":
-            ran = self._run_command(
-                f"str_replace_editor {quote(json.dumps(args))}", timeout, internal=True
-            )
+            editor = "str_replace_editor"
+            if self._profile is not None:  # an own image: the copy the harness put in
+                editor = f"python3 {CONTROL}/{_EDITOR}"
+            ran = self._run_command(f"{editor} {quote(json.dumps(args))}", timeout, internal=True)
             return ran.model_copy(update={"exit_code": None})
         if action.tool == "submit":
             return Observation(text=self._diff(), cwd=self._cwd)
@@ -198,9 +215,14 @@ class SweSandbox(DockerSandbox):
         }
 
 
-def _project(env: EnvSpec) -> str:
+def _project(env: EnvSpec) -> str | None:
+    """``env.project``; None for an own image (``env.image``: its WORKDIR is the repository)."""
+    if env.image:
+        return None
     if not env.project:
-        raise SandboxError("an swe environment names its repository in env.project")
+        raise SandboxError(
+            "an swe environment names its repository in env.project (or its image in env.image)"
+        )
     return env.project
 
 
