@@ -38,7 +38,9 @@ MKDOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}  # Material's end-of-life banner, prin
 def tests(session: nox.Session) -> None:
     """The whole test suite, real sandboxes included (CI=true makes missing ones fail)."""
     install_package(session, "-e", ".[test]")
-    site = Path(session.create_tmp()) / "site"  # under .nox/: ignored
+    # under .nox/ (ignored); not session.create_tmp(), which would set TMPDIR inside the
+    # virtualenv for every later command, and Ray refuses a temp_dir inside a virtualenv
+    site = Path(".nox") / "docs-site"
     session.run("mkdocs", "build", "--strict", "--site-dir", str(site), env=MKDOCS_ENV)
     session.run("pytest", *session.posargs)
 
