@@ -273,10 +273,10 @@ def changed_lines(real: str, sim: str) -> tuple[tuple[str, ...], tuple[str, ...]
             tuple(line for line in sim_lines if line not in real_set),
             tuple(line for line in real_lines if line not in sim_set),
         )
-    balance = Counter(sim_lines)
-    balance.subtract(real_lines)
-    added = {line: n for line, n in balance.items() if n > 0}
-    dropped = {line: -n for line, n in balance.items() if n < 0}
+    # both counted in C (Counter.subtract would loop in Python over every line)
+    real_count, sim_count = Counter(real_lines), Counter(sim_lines)
+    added = {line: n - real_count[line] for line, n in sim_count.items() if n > real_count[line]}
+    dropped = {line: n - sim_count[line] for line, n in real_count.items() if n > sim_count[line]}
     return _take(sim_lines, added), _take(real_lines, dropped)
 
 
@@ -333,6 +333,7 @@ def _candidates(
     tokens: list[str] = []
     whole: list[str] = []
     words: list[str] = []
+    seen: set[str] = set()
     for line in lines[:LINES_EXAMINED]:
         stripped = line.strip()
         if not stripped.strip(_NOT_ALNUM):  # no letter or digit
@@ -340,7 +341,11 @@ def _candidates(
         if stripped not in named:  # a line that is one name (ls, find) is named once
             whole.append("line:" + stripped[:LINE_CHARS])
         for token in _TOKEN_RE.findall(PLACEHOLDER_RE.sub(" ", stripped)):
-            if len(token) < 3 or token in other or token in held:
+            # a token seen before adds nothing (the ranking keeps first occurrences)
+            if token in seen or len(token) < 3:
+                continue
+            seen.add(token)
+            if token in other or token in held:
                 continue
             if _identifier(token):
                 tokens.append("ident:" + token)
@@ -616,10 +621,15 @@ def shown_entities(
         if not pending:
             continue
         normalized, _ = normalizer.cached(text, command)
-        lines = lines_holding(normalized, *_split_keys(pending.items()))
-        found = extract_among(lines, set(pending), command) if lines else set()
+        specific = {e: k for e, k in pending.items() if not e.startswith(_PLAIN_KINDS)}
+        lines = lines_holding(normalized, *_split_keys(specific.items())) if specific else ""
+        found = extract_among(lines, set(specific), command) if lines else set()
         for entity, key in pending.items():
-            if entity in found or _name_mentioned(entity, lines):
+            if entity in found or (
+                _plain_mentioned(entity, normalized)
+                if entity.startswith(_PLAIN_KINDS)
+                else _name_mentioned(entity, lines)
+            ):
                 shown.add(entity)
                 unshown[key].remove(entity)
                 if not unshown[key]:
@@ -627,6 +637,28 @@ def shown_entities(
         if not unshown:
             break
     return shown
+
+
+_PLAIN_KINDS = ("line:", "word:")
+"""Kinds no extraction yields: shown only as the text itself (checked on the whole text)."""
+
+
+def _plain_mentioned(entity: str, normalized: str) -> bool:
+    """Whether the ``line:`` or ``word:`` *entity* is in the *normalized* shown text: what
+    :func:`_name_mentioned` finds on the lines holding its key, with ``str.find``."""
+    kind, _, value = entity.partition(":")
+    if kind == "line":
+        return value in normalized
+    at = normalized.find(value)
+    while at != -1:
+        end = at + len(value)
+        before = normalized[at - 1] if at else " "
+        after = normalized[end : end + 1]
+        # the boundaries of (?<![\w.])value(?!\w): str.isalnum is the pattern's \w less "_"
+        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
+            return True
+        at = normalized.find(value, at + 1)
+    return False
 
 
 def unshown(
