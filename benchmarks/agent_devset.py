@@ -2,7 +2,7 @@
 
 Reads the real mini-swe-agent runs (SWE-bench repositories) and SWE-agent CTF
 demonstrations from ``../shared/agent-trajectories`` at run time (see
-:mod:`fidelity.compare.calibration.devset_agents`), builds faithful,
+:mod:`devsets.calibration.devset_agents`), builds faithful,
 second-run and corrupted pairs, scores them once with the domain's
 uncalibrated comparator (the features) and then, for every source group
 (repository or CTF category), fits the monotone calibration on the other
@@ -27,18 +27,20 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
+
 from compare_quality import detected, injected_unshown
 from rapidfuzz import fuzz
 
-from fidelity.compare.calibration import Calibration, comparison_vector
-from fidelity.compare.calibration.devset_agents import SHARED, GroupedPair, agent_pairs, load_runs
-from fidelity.compare.calibration.fit import (
+from devsets.calibration.devset_agents import SHARED, GroupedPair, agent_pairs, load_runs
+from devsets.calibration.fit import (
     MAX_FALSE_ALARMS,
     UNCALIBRATED,
     Scored,
@@ -46,6 +48,7 @@ from fidelity.compare.calibration.fit import (
     fit_calibration,
     sweep,
 )
+from fidelity.compare.calibration import Calibration, comparison_vector
 from fidelity.compare.terminal import hard_mismatches
 
 OUT = Path(__file__).resolve().parent.parent / "fidelity/compare/calibration"

@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
 
 from compare_devset import DOMAINS, add_arguments, dev_split
 
-from fidelity.compare.calibration import feature_names
-from fidelity.compare.calibration.fit import (
+from devsets.calibration.fit import (
     MAX_FALSE_ALARMS,
     f1_score,
     fit_calibration,
     score_pairs,
 )
+from fidelity.compare.calibration import feature_names
 
 OUT = Path(__file__).resolve().parent.parent / "fidelity/compare/calibration"
 

@@ -19,16 +19,19 @@ import argparse
 import difflib
 import json
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
 
 import numpy as np
 from scipy.optimize import minimize
 
+from devsets.calibration.devset import Pair
+from devsets.calibration.devset_os import build_os_pairs
+from devsets.calibration.fit import choose_cutoff, f1_score
 from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
-from fidelity.compare.calibration.devset import Pair
-from fidelity.compare.calibration.devset_os import build_os_pairs
-from fidelity.compare.calibration.fit import choose_cutoff, f1_score
 from fidelity.compare.osworld import OsWorldComparator, normalize
 from fidelity.formats.jsonl import read_trajectories
 

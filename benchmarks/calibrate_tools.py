@@ -2,7 +2,7 @@
 
 Replays the domain's bundled suite twice for real (MCP servers / the search
 engine; or reads ``--replays A B``), builds the labeled pairs
-(:mod:`fidelity.compare.calibration.devset_tools`), holds out 30% of the
+(:mod:`devsets.calibration.devset_tools`), holds out 30% of the
 trajectories by a stable hash, fits a logistic regression with non-negative
 weights on the rest, and prints held-out precision, recall, F1 and false-alarm
 rate next to two naive baselines measured on the same held-out pairs: the
@@ -16,23 +16,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from fidelity.batch import replay_suite
-from fidelity.compare.base import Comparator
-from fidelity.compare.calibration import comparison_vector
-from fidelity.compare.calibration.devset import Pair
-from fidelity.compare.calibration.devset_tools import (
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
+
+from devsets.calibration.devset import Pair
+from devsets.calibration.devset_tools import (
     MCP_CORRUPTIONS,
     SEARCH_CORRUPTIONS,
     fit_monotone,
     mcp_volatile,
     search_volatile,
 )
-from fidelity.compare.calibration.fit import MAX_FALSE_ALARMS, Scored, load_pairs, split
+from devsets.calibration.fit import MAX_FALSE_ALARMS, Scored, load_pairs, split
+from fidelity.batch import replay_suite
+from fidelity.compare.base import Comparator
+from fidelity.compare.calibration import comparison_vector
 from fidelity.compare.jsondata import JsonComparator
 from fidelity.compare.search import SearchComparator
 from fidelity.resources import default_suite

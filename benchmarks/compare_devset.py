@@ -23,18 +23,21 @@ instead. ``--cache DIR`` keeps the replays (``DIR/<domain>1.jsonl``,
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
+
+from devsets.calibration.devset import CORRUPTIONS, Corruption, Pair, Volatile
+from devsets.calibration.devset_swe import SWE_CORRUPTIONS
+from devsets.calibration.devset_swe import vary_volatile as swe_volatile
+from devsets.calibration.devset_web import WEB_CORRUPTIONS
+from devsets.calibration.devset_web import vary_volatile as web_volatile
+from devsets.calibration.fit import load_pairs, split
 from fidelity.batch import replay_suite
-from fidelity.compare.calibration.devset import CORRUPTIONS, Corruption, Pair, Volatile
-from fidelity.compare.calibration.devset_swe import SWE_CORRUPTIONS
-from fidelity.compare.calibration.devset_swe import vary_volatile as swe_volatile
-from fidelity.compare.calibration.devset_web import WEB_CORRUPTIONS
-from fidelity.compare.calibration.devset_web import vary_volatile as web_volatile
-from fidelity.compare.calibration.fit import load_pairs, split
 from fidelity.formats.jsonl import read_trajectories
 from fidelity.resources import default_suite
 

@@ -19,16 +19,20 @@ from __future__ import annotations
 import argparse
 import difflib
 import itertools
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
 
 from compare_devset import add_arguments, dev_split
 from rapidfuzz import fuzz
 from sklearn.metrics import roc_auc_score
 
+from devsets.calibration.devset import Pair
+from devsets.calibration.fit import f1_score
 from fidelity.compare import Comparator, SweComparator, TerminalComparator, WebComparator
-from fidelity.compare.calibration.devset import Pair
-from fidelity.compare.calibration.fit import f1_score
 from fidelity.compare.normalize import normalize
 from fidelity.compare.terminal import context_texts
 

@@ -10,7 +10,7 @@ pairs and ``difflib.SequenceMatcher(None, real, sim).ratio()`` over the same
 texts, single process, in CPU time (``time.process_time``: the
 throughput of one core, steady on a shared machine), and prints steps/s for both and their ratio (plus the
 comparator with its reference normalizer: every regex on the whole text, no compiled rules).
-Volatile values come from :class:`fidelity.compare.samples.Run`, shared with
+Volatile values come from :class:`devsets.samples.Run`, shared with
 the comparator tests.
 
     python benchmarks/compare_throughput.py [--pairs N] [--seed S] [--repeat R] [--profile]
@@ -25,13 +25,17 @@ import pstats
 import random
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the samples
+
+from devsets.samples import Run
 from fidelity.compare import CompareContext, TerminalComparator
 from fidelity.compare.normalize import Normalizer
-from fidelity.compare.samples import Run
 from fidelity.model import CommandAction, Observation, Step
 
 WORDS = [

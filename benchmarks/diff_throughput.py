@@ -52,6 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
 
 from child_usage import run_measured
 from compare_throughput import build_pairs
@@ -84,7 +85,7 @@ def write_agent_files(folder: Path, domain: str, seed: int) -> tuple[Path, Path,
     ``../shared/agent-trajectories`` (read now, never copied into the project): the recorded
     run as the real side; as the simulated side, each step a second real run of the same
     command (30%), a seeded corruption of the kinds world models make (50%) or untouched."""
-    from fidelity.compare.calibration.devset_agents import (
+    from devsets.calibration.devset_agents import (
         AGENT_CORRUPTIONS,
         load_runs,
         second_run,

@@ -4,7 +4,7 @@ Replays ``sandboxes/web/suite.jsonl`` twice for real (Chromium against each
 site served on loopback: the Lantern library, the Valgrind and Python manuals,
 Datasette, the Django admin, sqlite-web), or reads two replays given with
 ``--replays`` or kept in ``--cache``. Pairs (see
-:mod:`fidelity.compare.calibration.devset_web`): the second replay as it ran
+:mod:`devsets.calibration.devset_web`): the second replay as it ran
 (``faithful``: what differs between two real runs), the second replay with
 every element id renumbered (``volatile``: the same page reached another way),
 and seeded world-model corruptions of it (invented elements, renamed labels,
@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
 
 from agent_devset import (
     cross_validate,
@@ -44,16 +47,16 @@ from agent_devset import (
 )
 from compare_devset import DOMAINS, cached_replays
 
-from fidelity.batch import replay_suite
-from fidelity.compare.calibration import Calibration, comparison_vector
-from fidelity.compare.calibration.devset_agents import GroupedPair
-from fidelity.compare.calibration.fit import (
+from devsets.calibration.devset_agents import GroupedPair
+from devsets.calibration.fit import (
     MAX_FALSE_ALARMS,
     Scored,
     f1_score,
     fit_calibration,
     load_pairs,
 )
+from fidelity.batch import replay_suite
+from fidelity.compare.calibration import Calibration, comparison_vector
 from fidelity.compare.web import WebComparator
 from fidelity.formats.jsonl import read_trajectories
 

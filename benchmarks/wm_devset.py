@@ -37,11 +37,11 @@ import difflib
 from agent_devset import oracle
 from rapidfuzz import fuzz
 
+from devsets.calibration.devset import Pair
+from devsets.calibration.devset_agents import agent_pairs, load_runs
+from devsets.calibration.fit import UNCALIBRATED, Scored, fit_calibration
 from devsets.wm.load import WMPair, load_pairs
 from fidelity.compare.calibration import comparison_vector
-from fidelity.compare.calibration.devset import Pair
-from fidelity.compare.calibration.devset_agents import agent_pairs, load_runs
-from fidelity.compare.calibration.fit import UNCALIBRATED, Scored, fit_calibration
 from fidelity.compare.terminal import hard_mismatches
 
 

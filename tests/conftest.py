@@ -34,7 +34,7 @@ def unavailable(message: str) -> NoReturn:
 def public_agent_steps() -> Iterator[tuple[str, str | None]]:
     """``(command line, observation text or None)`` of every step of the public agent runs
     in ``../shared`` (unavailable when they are not beside this checkout)."""
-    from fidelity.compare.calibration.devset_agents import SHARED, load_runs
+    from devsets.calibration.devset_agents import SHARED, load_runs
 
     if not SHARED.is_dir():
         unavailable(f"{SHARED} is not beside this checkout")

@@ -23,9 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
-from fidelity.compare.calibration.devset_agents import Run, load_runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: devsets/
+
+from devsets.calibration.devset_agents import Run, load_runs
 from fidelity.model import Domain, Trajectory
 from fidelity.worldmodels.prompting import build_messages, render_action, render_system
 

@@ -1,7 +1,7 @@
 """Realistic terminal outputs for the comparator tests (imported by the test modules).
 
 Each ``*_output(run)`` renders what a command prints in one run; ``run`` is a
-seeded :class:`~fidelity.compare.samples.Run` holding that run's volatile values (dates, PIDs, SHAs,
+seeded :class:`~devsets.samples.Run` holding that run's volatile values (dates, PIDs, SHAs,
 durations, temp names). Two runs of the same builder differ only in volatile
 content, like two real executions of the same command.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from devsets.samples import DAYS, MONTHS, Run
 from fidelity.compare import CompareContext
-from fidelity.compare.samples import DAYS, MONTHS, Run
 from fidelity.model import CommandAction, Observation, Step
 
 __all__ = ["DAYS", "MONTHS", "OUTPUTS", "Run", "context", "obs"]

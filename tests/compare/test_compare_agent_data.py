@@ -12,10 +12,10 @@ import random
 
 import pytest
 
+from devsets.calibration.fit import fit_monotone_logistic
 from fidelity.compare import SweComparator, TerminalComparator, WebComparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.calibration import DOMAIN_FEATURES, Calibration, load_calibration
-from fidelity.compare.calibration.fit import fit_monotone_logistic
 from fidelity.compare.consistency import check_consistency
 from fidelity.compare.entities import extract
 from fidelity.compare.normalize import normalize

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
+from devsets.calibration.devset import CORRUPTIONS, build_pairs
+from devsets.calibration.fit import choose_cutoff, split
 from fidelity.compare import CompareContext, TerminalComparator
 from fidelity.compare.calibration import FEATURES, load_calibration
-from fidelity.compare.calibration.devset import CORRUPTIONS, build_pairs
-from fidelity.compare.calibration.fit import choose_cutoff, split
 from fidelity.model import CommandAction, Observation, Step, Trajectory
 
 LS = (

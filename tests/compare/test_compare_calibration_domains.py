@@ -6,6 +6,10 @@ import random
 
 import pytest
 
+from devsets.calibration.devset_swe import SWE_CORRUPTIONS
+from devsets.calibration.devset_swe import vary_volatile as swe_volatile
+from devsets.calibration.devset_web import WEB_CORRUPTIONS
+from devsets.calibration.devset_web import vary_volatile as web_volatile
 from fidelity.compare import SweComparator, WebComparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.calibration import (
@@ -15,10 +19,6 @@ from fidelity.compare.calibration import (
     feature_names,
     load_calibration,
 )
-from fidelity.compare.calibration.devset_swe import SWE_CORRUPTIONS
-from fidelity.compare.calibration.devset_swe import vary_volatile as swe_volatile
-from fidelity.compare.calibration.devset_web import WEB_CORRUPTIONS
-from fidelity.compare.calibration.devset_web import vary_volatile as web_volatile
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.swe import pass_fail_map
 from fidelity.model import CommandAction, Observation, Step, TextAction, ToolAction

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
+from devsets.calibration.devset_tools import MCP_CORRUPTIONS, SEARCH_CORRUPTIONS
 from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.calibration import load_calibration
-from fidelity.compare.calibration.devset_tools import MCP_CORRUPTIONS, SEARCH_CORRUPTIONS
 from fidelity.model import Observation, Step, ToolAction
 
 RESULTS = "\n\n".join(

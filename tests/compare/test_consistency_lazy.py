@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from devsets.calibration.devset_agents import SHARED, load_runs
 from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext, StepComparison
-from fidelity.compare.calibration.devset_agents import SHARED, load_runs
 from fidelity.compare.consistency import (
     EntitySource,
     _flag,

@@ -5,8 +5,18 @@ every weight is non-negative, so the drift probability never falls when a
 difference grows; a calibration file with a negative weight is refused.
 
 The fitted parameters of a domain ship as ``<domain>.json`` next to this
-module; ``benchmarks/calibrate.py`` regenerates them from a labeled
-development set of real sandbox runs (see :mod:`fidelity.compare.calibration.devset`).
+module; this package only loads and applies them (:mod:`.apply`). The dev-set
+builders and the fitting code are not shipped: they live in the repository's
+``devsets/calibration/`` and run from ``benchmarks/``. Each file was made by
+(``README.md`` here says more)::
+
+    python benchmarks/agent_devset.py --domain terminal --write   # terminal.json
+    python benchmarks/agent_devset.py --domain swe --write        # swe.json
+    python benchmarks/web_devset.py --write                       # web.json
+    python benchmarks/calibrate_tools.py --domain mcp             # mcp.json
+    python benchmarks/calibrate_tools.py --domain search          # search.json
+    python benchmarks/calibrate_os.py A.jsonl B.jsonl --write     # os.json
+
 A domain without a file keeps its fixed score threshold.
 """
 

@@ -1,6 +1,6 @@
 """Corruptions and volatile variation of web observations (BrowserGym accessibility trees).
 
-Used with :func:`fidelity.compare.calibration.devset.build_pairs` on two real
+Used with :func:`devsets.calibration.devset.build_pairs` on two real
 Chromium replays of ``sandboxes/web/suite.jsonl``. Observations are the
 header (``# url:``, ``# tab N:``) plus one node per line,
 ``[bid] role 'name', props``, indented by depth with tabs.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 
-from fidelity.compare.calibration.devset import Corruption
+from devsets.calibration.devset import Corruption
 from fidelity.compare.normalize import normalize
 from fidelity.model import Observation, Step
 

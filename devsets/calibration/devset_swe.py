@@ -1,6 +1,6 @@
 """Corruptions and volatile variation of swe observations (tool output plus repository state).
 
-Used with :func:`fidelity.compare.calibration.devset.build_pairs` on two real
+Used with :func:`devsets.calibration.devset.build_pairs` on two real
 Docker replays of ``sandboxes/swe/suite.jsonl``. A corruption changes the text
 and, where the Docker sandbox would have recorded it, the structured state
 (``changed_files``, ``diff``, ``tests``) the same way, so both stay consistent.
@@ -12,7 +12,7 @@ import random
 import re
 from typing import Any
 
-from fidelity.compare.calibration.devset import (
+from devsets.calibration.devset import (
     Corruption,
     changed_number,
     dropped_lines,

@@ -16,8 +16,8 @@ import random
 import re
 from collections.abc import Callable, Iterator
 
+from devsets.calibration.devset import Pair
 from fidelity.compare.base import CompareContext
-from fidelity.compare.calibration.devset import Pair
 from fidelity.model import Observation, Step, Trajectory
 from fidelity.sandboxes.desktop_tree import HEADER
 

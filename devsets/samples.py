@@ -1,4 +1,4 @@
-"""Volatile values of one command run, for the comparator's tests and benchmarks.
+"""Volatile values of one command run, for the comparator's tests and benchmarks (not shipped).
 
 A :class:`Run` is seeded: two runs with different seeds render the same
 command output with different dates, PIDs, SHAs, durations and temp names,

@@ -26,8 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidelity.compare.base import CompareContext
-from fidelity.compare.calibration.devset import (
+from devsets.calibration.devset import (
     CORRUPTIONS,
     Corruption,
     Pair,
@@ -39,16 +38,17 @@ from fidelity.compare.calibration.devset import (
     stale_state,
     wrong_error_message,
 )
-from fidelity.compare.calibration.devset_swe import (
+from devsets.calibration.devset_swe import (
     Result,
     flipped_test,
     vary_volatile,
     wrong_view_line,
 )
+from fidelity.compare.base import CompareContext
 from fidelity.compare.commands import printing_program
 from fidelity.model import Observation, Step, Trajectory
 
-SHARED = Path(__file__).resolve().parents[4] / "shared" / "agent-trajectories"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "agent-trajectories"
 """Where the public runs lie beside a checkout (``../shared/agent-trajectories``)."""
 
 INVENTED_FUNCTIONS = (

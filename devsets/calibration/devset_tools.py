@@ -2,7 +2,7 @@
 
 Pairs come from two real replays of ``sandboxes/mcp/suite.jsonl`` (real MCP
 servers) or ``sandboxes/search/suite.jsonl`` (the real engine) through
-:func:`~fidelity.compare.calibration.devset.build_pairs`: faithful pairs are
+:func:`~devsets.calibration.devset.build_pairs`: faithful pairs are
 the replays as they ran, volatile pairs the second replay with its temp
 roots and datetimes varied (mcp), drifted pairs one seeded corruption each.
 MCP corruptions act on the text inside the MCPMark-serialized result (an
@@ -26,8 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
-from fidelity.compare.calibration.devset import (
+from devsets.calibration.devset import (
     Corruption,
     changed_number,
     dropped_lines,
@@ -36,7 +35,8 @@ from fidelity.compare.calibration.devset import (
     stale_state,
     wrong_error_message,
 )
-from fidelity.compare.calibration.fit import Scored, choose_cutoff
+from devsets.calibration.fit import Scored, choose_cutoff
+from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
 from fidelity.model import Observation, Step
 
 TextCorruption = Callable[

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fidelity.compare.base import Comparator
-from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
-from fidelity.compare.calibration.devset import (
+from devsets.calibration.devset import (
     CORRUPTIONS,
     Corruption,
     Pair,
     Volatile,
     build_pairs,
 )
+from fidelity.compare.base import Comparator
+from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
 from fidelity.compare.swe import SweComparator
 from fidelity.compare.terminal import TerminalComparator
 from fidelity.compare.web import WebComparator
