@@ -1,7 +1,8 @@
 """Start-up cost of the CLI: what a command imports beyond what it needs (issue 31).
 
 Two figures, each the median of N alternated runs in fresh processes (as a user
-runs them: ``python -m fidelity …``):
+runs them: ``python -m fidelity …``), with their spread and the CPU time each
+command used (its own and its children's: steadier than wall time on a busy machine):
 
 - ``fidelity runs --db X`` against ``python -c "import duckdb, typer, pydantic"``
   (the command's own dependencies): the ratio is what fidelity's own imports
@@ -17,6 +18,7 @@ runs them: ``python -m fidelity …``):
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "sandboxes" / "terminal" / "suite.jsonl"
@@ -32,22 +35,33 @@ DEPENDENCIES = [sys.executable, "-c", "import duckdb, typer, pydantic"]
 CONCURRENCY = "2"
 
 
-def wall(command: Sequence[str]) -> float:
-    """Seconds *command* takes from start to exit (it must succeed)."""
-    started = time.perf_counter()
+class Timing(NamedTuple):
+    """One run of a command: wall seconds, and CPU seconds of the process and its children."""
+
+    wall: float
+    cpu: float
+
+
+def timed(command: Sequence[str]) -> Timing:
+    """Run *command* (it must succeed) and time it."""
+    before, started = os.times(), time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    elapsed, after = time.perf_counter() - started, os.times()
+    cpu = (after.children_user + after.children_system) - (
+        before.children_user + before.children_system
+    )
+    return Timing(elapsed, cpu)
 
 
 def alternated(
-    runs: int, first: Callable[[int], float], second: Callable[[int], float]
-) -> tuple[float, float]:
-    """Medians of *runs* timings of each, taken in turn (first, second, first, …)."""
+    runs: int, first: Callable[[int], Timing], second: Callable[[int], Timing]
+) -> tuple[list[Timing], list[Timing]]:
+    """*runs* timings of each, taken in turn (first, second, first, …)."""
     a, b = [], []
     for index in range(runs):
         a.append(first(index))
         b.append(second(index))
-    return statistics.median(a), statistics.median(b)
+    return a, b
 
 
 def audit_command(folder: Path, index: int) -> list[str]:
@@ -73,13 +87,25 @@ def replay_command(folder: Path) -> list[str]:
     return [*FIDELITY, "replay", str(SUITE), "-o", out, "--concurrency", CONCURRENCY]
 
 
-def print_ratio(label: str, seconds: float, base_label: str, base: float, target: float) -> None:
-    """One line: both medians, the ratio and its target."""
-    ratio = seconds / base
+def print_ratio(
+    label: str, times: list[Timing], base_label: str, base_times: list[Timing], target: float
+) -> None:
+    """Both wall medians, their ratio and its target; the spread (range of each command's
+    wall times, range of the ratio of each run to the base run taken beside it); the CPU
+    medians and their ratio."""
+    seconds, base = (statistics.median(t.wall for t in ts) for ts in (times, base_times))
     print(
-        f"{label}: {seconds:.3f} s vs {base_label}: {base:.3f} s: {ratio:.2f}x "
+        f"{label}: {seconds:.3f} s vs {base_label}: {base:.3f} s: {seconds / base:.2f}x "
         f"(+{seconds - base:.3f} s; target <= {target}x)"
     )
+    pairs = sorted(t.wall / b.wall for t, b in zip(times, base_times, strict=True))
+    print(
+        f"  spread: {min(t.wall for t in times):.3f}-{max(t.wall for t in times):.3f} s vs "
+        f"{min(t.wall for t in base_times):.3f}-{max(t.wall for t in base_times):.3f} s; "
+        f"ratio of each pair {pairs[0]:.2f}-{pairs[-1]:.2f}x"
+    )
+    cpu, base_cpu = (statistics.median(t.cpu for t in ts) for ts in (times, base_times))
+    print(f"  CPU: {cpu:.3f} s vs {base_cpu:.3f} s: {cpu / base_cpu:.2f}x")
 
 
 def main() -> None:
@@ -88,20 +114,20 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        wall(audit_command(folder, -1))  # the database `runs` lists; warms the page cache too
+        timed(audit_command(folder, -1))  # the database `runs` lists; warms the page cache too
         db = str(folder / "audit-1.duckdb")
-        wall(replay_command(folder))
+        timed(replay_command(folder))
         runs, deps = alternated(
             args.runs,
-            lambda _: wall([*FIDELITY, "runs", "--db", db]),
-            lambda _: wall(DEPENDENCIES),
+            lambda _: timed([*FIDELITY, "runs", "--db", db]),
+            lambda _: timed(DEPENDENCIES),
         )
         print(f"median of {args.runs} alternated runs each ({sys.executable})")
         print_ratio("fidelity runs --db X", runs, "import duckdb, typer, pydantic", deps, 1.3)
         audit, replay = alternated(
             args.runs,
-            lambda i: wall(audit_command(folder, i)),
-            lambda _: wall(replay_command(folder)),
+            lambda i: timed(audit_command(folder, i)),
+            lambda _: timed(replay_command(folder)),
         )
         print_ratio(
             f"fidelity audit --sim-baseline copy ({SUITE.parent.name} suite)",

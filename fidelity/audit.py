@@ -170,7 +170,9 @@ def run_audit(
     )
     notice = baseline_notice(config.sim)
     run_id = config.run_id or new_run_id()
-    report_ready = _report_writer()  # import early: a broken install fails before any work
+    # imported early (a broken install fails before any work), and only for a report:
+    # its templates and charts (jinja2, matplotlib) cost more than a short audit
+    report_ready = _report_writer() if config.report else None
     progress = progress or (lambda phase, n: None)
     limit = (
         horizon_limit(policy, config.audited_domain.value, DEFAULT_HORIZON_LIMIT)
@@ -188,7 +190,7 @@ def run_audit(
         raise Interrupted(told.text) from exc
     verdict = evaluate(summary, policy) if policy else None
     report = None
-    if config.report:
+    if report_ready is not None:  # config.report is set
         report = str(
             report_ready(summary, config.report, verdict.model_dump() if verdict else None)
         )

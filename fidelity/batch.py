@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fidelity import pipeline
-from fidelity.audit import build_world_model
 from fidelity.errors import UsageError
 from fidelity.executors import LocalExecutor
 from fidelity.formats.jsonl import write_trajectories
@@ -124,7 +123,7 @@ def simulate_suite(
     # confined: a later replay or gate of that file confines them.
     trajectories = pipeline.load_suite(suite, allowed_roots=None)
     corpus = [t for t in trajectories if all(s.observation for s in t.steps)]
-    model, notice = build_world_model(sim, corpus)
+    model, notice = sim.world_model.build(corpus), sim.world_model.notice()
     variants = [(m, k) for m in modes for k in range(sim.samples)]
     report = progress or (lambda phase, n: None)
     report("total", len(trajectories) * len(variants))

@@ -8,6 +8,7 @@ error into one line, so no command prints a traceback for one.
 
 from __future__ import annotations
 
+import copy
 import json
 import signal
 import sys
@@ -20,6 +21,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
+from typer.models import CommandInfo
 
 from fidelity.errors import (
     EXIT_INTERRUPTED,
@@ -1368,4 +1370,30 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 def main() -> None:
     """Console entry point: SIGTERM cleans up like Ctrl-C."""
     signal.signal(signal.SIGTERM, _sigterm)
-    app()
+    named = _named_command(sys.argv[1:])
+    if named is None:
+        app()
+    else:
+        named()
+
+
+def _named_command(args: list[str]) -> TyperGroup | None:
+    """A group holding only the command (or subgroup) that *args* start with, if they do.
+
+    Typer turns every command's signature into Click parameters (and pydantic
+    validators) before it parses anything; one run needs only its own command's. Help,
+    no argument or an unknown name (Click suggests close ones) get the whole app: None.
+    """
+    name = args[0] if args else None
+    commands = [info for info in app.registered_commands if _command_name(info) == name]
+    groups = [info for info in app.registered_groups if info.name == name]
+    if not commands and not groups:
+        return None
+    one = copy.copy(app)
+    one.registered_commands, one.registered_groups = commands, groups
+    return typer.main.get_group(one)
+
+
+def _command_name(info: CommandInfo) -> str:
+    """The name Typer gives a registered command."""
+    return info.name or typer.main.get_command_name(getattr(info.callback, "__name__", ""))

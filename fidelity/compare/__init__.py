@@ -10,12 +10,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fidelity.compare.base import Comparator, CompareContext, StepComparison
-from fidelity.compare.config import CompareConfig, load_compare_config
 from fidelity.errors import UnknownDomainError
 from fidelity.model import Domain
 
 if TYPE_CHECKING:
     from fidelity.compare.android import AndroidComparator
+    from fidelity.compare.config import CompareConfig, load_compare_config
     from fidelity.compare.desktop import OsComparator
     from fidelity.compare.jsondata import JsonComparator
     from fidelity.compare.search import SearchComparator
@@ -24,8 +24,11 @@ if TYPE_CHECKING:
     from fidelity.compare.web import WebComparator
 
 #: The comparator classes, imported on first use: a command comparing one domain
-#: never imports the others (the os comparator pulls in the sandbox registry).
+#: never imports the others (the os comparator pulls in the sandbox registry). The
+#: compare settings too: the store needs only ``base`` (``fidelity runs`` compares nothing).
 _LAZY = {
+    "CompareConfig": "config",
+    "load_compare_config": "config",
     "AndroidComparator": "android",
     "JsonComparator": "jsondata",
     "OsComparator": "desktop",
@@ -55,7 +58,7 @@ __all__ = [
     "supported_domains",
 ]
 
-Factory = Callable[[CompareConfig], Comparator]
+Factory = Callable[["CompareConfig"], Comparator]
 """Builds a comparator from the user's compare settings."""
 
 
@@ -105,6 +108,8 @@ def get_comparator(domain: str, config: CompareConfig | None = None) -> Comparat
     Raises :class:`~fidelity.errors.UnknownDomainError` (one line, listing the
     supported domains) for an unknown domain or one without a comparator yet.
     """
+    from fidelity.compare.config import CompareConfig
+
     return comparator_factory(domain)(config or CompareConfig())
 
 

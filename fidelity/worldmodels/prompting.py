@@ -26,9 +26,8 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.errors import MalformedPredictionError, UnknownDomainError
@@ -48,6 +47,9 @@ from fidelity.model import (
 )
 from fidelity.resources import data_dir
 from fidelity.worldmodels import base
+
+if TYPE_CHECKING:
+    import jinja2
 
 #: What the sandbox looks like to the agent (shown to the model in the system prompt).
 SANDBOX_CWD = "/workspace"
@@ -109,6 +111,8 @@ def prompts_root(prompts_dir: Path | str | None = None) -> Path:
 
 @lru_cache(maxsize=16)
 def _environment(root: str) -> jinja2.Environment:
+    import jinja2  # when a prompt is rendered: `fidelity replay` imports this module, not it
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(root),
         undefined=jinja2.StrictUndefined,
