@@ -125,6 +125,8 @@ BENCHMARK_ARGS: dict[str, list[str]] = {
     "search_latency.py": ["--rounds", "1"],
     "simulate_concurrency.py": [],
     "startup.py": ["--runs", "3"],
+    "rl_export.py": [],  # 5,000 trajectories; --trajectories 100000 for the docs' figure
+    "wm_devset.py": ["--no-agent-pairs"],  # the docs' figures fit on the public-run pairs too
     "store_writes.py": ["--steps", "20000", "--naive-steps", "1000"],
     "swe_pool.py": ["--runs", "2", "--rounds", "1", "--max-concurrency", "2"],
     "web_devset.py": ["--cache", ".nox/benchmarks/replays"],  # two web replays, kept
