@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from fidelity.model import CommandAction, Step, Trajectory
 from fidelity.resources import data_dir
-from tests.worldmodels.wm_fake_server import FakeLLM, FakeServer, make_handler
+from tests.worldmodels.wm_fake_server import FakeLLM, serving
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 TERMINAL = data_dir("sandboxes") / "terminal"
@@ -107,18 +106,8 @@ def command_trajectory(
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLM]:
     """A real loopback OpenAI-compatible server with scriptable failures; shut down after."""
-    fake = FakeLLM()
-    server = FakeServer(("127.0.0.1", 0), make_handler(fake))
-    fake.server = server
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with serving(FakeLLM()) as fake:
         yield fake
-    finally:
-        fake.release()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -27,10 +26,10 @@ from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
 from tests.worldmodels.wm_fake_server import (
     MODEL,
     FakeLLM,
-    FakeServer,
     Reply,
     echo_prediction,
     make_handler,
+    serving,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,18 +101,8 @@ def garbage_handler(fake: GarbageLLM) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def garbage_llm() -> Iterator[GarbageLLM]:
     """A real loopback endpoint that answers chosen requests with garbage."""
-    fake = GarbageLLM()
-    server = FakeServer(("127.0.0.1", 0), garbage_handler(fake))
-    fake.server = server
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with serving(GarbageLLM(), garbage_handler) as fake:
         yield fake
-    finally:
-        fake.release()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def predict(url: str, trajectory: Trajectory, **options: Any) -> Observation:

@@ -15,10 +15,11 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 MODEL = "fake/agentworld-tiny"
 _JSON_BLOCK = re.compile(r"```json\n(.*?)\n```", re.DOTALL)
@@ -267,3 +268,24 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+Fake = TypeVar("Fake", bound=FakeLLM)
+
+
+@contextmanager
+def serving(
+    fake: Fake, handler: Callable[[Fake], type[BaseHTTPRequestHandler]] = make_handler
+) -> Iterator[Fake]:
+    """*fake* answering on a real loopback port (``fake.server``) until the block ends."""
+    server = FakeServer(("127.0.0.1", 0), handler(fake))
+    fake.server = server
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.release()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
