@@ -1,10 +1,13 @@
 """The cost of the outcome check (``env.check``) per trajectory, against the replay itself.
 
-Replays the bundled terminal suite in the local (bubblewrap) sandbox with a trivial check
-(``true``) on every trajectory, and prints per trajectory the replay's wall time (reset,
-steps, check and close), the check's own seconds, and their ratio; then the totals.
+By default replays the bundled swe suite in Docker, each trajectory with its own check
+(the repository's unittest suite, run in the container after the last step); with
+``--domain terminal``, the bundled terminal suite in the local (bubblewrap) sandbox with
+the check ``--check`` (default ``true``) on every trajectory. Prints per trajectory the
+replay's wall time (lease, steps, check and release), the check's own seconds and their
+ratio; then the medians and totals.
 
-    python benchmarks/outcome_check.py [--rounds 1]
+    python benchmarks/outcome_check.py [--domain swe|terminal] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -26,15 +29,22 @@ def with_check(trajectory: Trajectory, command: str) -> Trajectory:
 
 
 def main() -> None:
-    """Replay the suite with a trivial check and print both costs."""
+    """Replay the suite with its checks and print both costs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--domain", choices=("swe", "terminal"), default="swe")
     parser.add_argument("--rounds", type=int, default=1, help="replays of the whole suite")
-    parser.add_argument("--check", default="true", help="the check command")
+    parser.add_argument("--check", default="true", help="the terminal suite's check command")
     args = parser.parse_args()
-    suite = [with_check(t, args.check) for t in load_suite(default_suite("terminal"), "terminal")]
-    config = sandbox_config("terminal", None, {}, "outcome-check-benchmark")
+    suite = load_suite(default_suite(args.domain), args.domain)
+    if args.domain == "terminal":
+        suite = [with_check(t, args.check) for t in suite]
+    missing = [t.id for t in suite if t.env.check is None]
+    if missing:
+        raise SystemExit(f"no env.check on: {', '.join(missing)}")
+    config = sandbox_config(args.domain, None, {}, "outcome-check-benchmark")
     replays: list[float] = []
     checks: list[float] = []
+    print(f"{'trajectory':<34} {'replay ms':>10} {'check ms':>9} {'check/replay':>12}")
     for _ in range(args.rounds):
         for trajectory in suite:
             started = time.perf_counter()
@@ -44,6 +54,10 @@ def main() -> None:
             if outcome is None or outcome.seconds is None or outcome.status != "success":
                 raise SystemExit(f"{trajectory.id}: the check did not succeed: {outcome}")
             checks.append(outcome.seconds)
+            print(
+                f"{trajectory.id:<34} {replays[-1] * 1000:10.1f} {checks[-1] * 1000:9.1f} "
+                f"{checks[-1] / replays[-1]:12.3f}"
+            )
     print(f"trajectories replayed: {len(replays)} (suite of {len(suite)}, {args.rounds} rounds)")
     for name, values in (("replay (with check)", replays), ("check only", checks)):
         print(

@@ -1208,6 +1208,10 @@ def _render_drift(result: Any) -> None:
             f"[{colour}]{t.status}[/]",
         )
     out.print(table)
+    from fidelity.drift import outcome_lines
+
+    for line in outcome_lines(result):
+        out.print(line, markup=False, highlight=False)
 
 
 def _render_batch(result: Any, as_json: bool, verb: str) -> None:

@@ -26,6 +26,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity import store_queries as queries
+from fidelity.analysis.models import DomainOutcomes, Estimate
+from fidelity.analysis.outcomes import outcome_figures
 from fidelity.errors import UsageError
 from fidelity.store import Store
 
@@ -71,6 +73,14 @@ class DriftTest(_Model):
     status: Status
 
 
+class OutcomeDrift(_Model):
+    """One domain's outcome figures (claimed against real) in each run, where it has any."""
+
+    domain: str
+    baseline: DomainOutcomes | None
+    current: DomainOutcomes | None
+
+
 class DriftReport(_Model):
     """Every test between two runs and the overall decision."""
 
@@ -83,6 +93,7 @@ class DriftReport(_Model):
     regressions: int
     improvements: int
     notes: list[str] = Field(default_factory=list)
+    outcomes: list[OutcomeDrift] = Field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -127,7 +138,58 @@ def compare_runs(
         regressions=sum(t.status == "regression" for t in tests),
         improvements=sum(t.status == "improvement" for t in tests),
         notes=notes,
+        outcomes=outcome_drift(store, baseline, current),
     )
+
+
+def outcome_drift(store: Store, baseline: str, current: str) -> list[OutcomeDrift]:
+    """Per domain, the outcome figures of both runs (those of the report and ``audit --json``)."""
+    base = {o.domain: o for o in outcome_figures(store, baseline)}
+    cur = {o.domain: o for o in outcome_figures(store, current)}
+    return [
+        OutcomeDrift(domain=d, baseline=base.get(d), current=cur.get(d))
+        for d in sorted(set(base) | set(cur))
+    ]
+
+
+def outcome_lines(report: DriftReport) -> list[str]:
+    """The outcome figures of *report* as plain text lines (``fidelity drift``'s output)."""
+    lines = []
+    for row in report.outcomes:
+        for side, run, figures in (
+            ("baseline", report.baseline.run_id, row.baseline),
+            ("current", report.current.run_id, row.current),
+        ):
+            head = f"outcomes {row.domain}, {side} {run}"
+            lines.extend([f"{head}: none"] if figures is None else [head, *_outcome_text(figures)])
+    return lines
+
+
+def _outcome_text(o: DomainOutcomes) -> list[str]:
+    t = o.table
+    kappa = o.kappa_interval or (
+        None if o.kappa is None else Estimate(value=o.kappa, low=o.kappa, high=o.kappa)
+    )
+    lines = [
+        f"  claimed success: real success {t.agree_success}, real failure {t.false_success}; "
+        f"claimed failure: real success {t.false_failure}, real failure {t.agree_failure}; "
+        f"unverifiable {o.unverifiable}",
+        f"  agreement {_estimate(o.agreement, True)}, kappa {_estimate(kappa, False)}, "
+        f"false-success rate {_estimate(o.false_success_rate, True)}, "
+        f"false-failure rate {_estimate(o.false_failure_rate, True)}",
+    ]
+    for case in o.false_successes:
+        step = "none" if case.first_drift is None else str(case.first_drift)
+        lines.append(f"  false success {case.trajectory_id}: first drifting step {step}")
+    lines.extend(f"  unverifiable {c.trajectory_id}: {c.reason}" for c in o.unverifiable_cases)
+    return lines
+
+
+def _estimate(e: Estimate | None, percent: bool) -> str:
+    if e is None:
+        return "n/a"
+    show = "{:.1%}" if percent else "{:.2f}"
+    return f"{show.format(e.value)} [{show.format(e.low)}, {show.format(e.high)}]"
 
 
 def cluster_z_test(

@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from fidelity.analysis.models import OutcomeTable
-from fidelity.analysis.outcomes import cohen_kappa, domain_outcomes
+from fidelity.analysis.outcomes import bootstrap_kappa, cohen_kappa, domain_outcomes
 from fidelity.analysis.summary import summarize
+from fidelity.cli import app
 from fidelity.dataset_gate import GateOptions, gate_dataset
+from fidelity.drift import compare_runs, outcome_lines
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.formats.swe_agent import claimed_outcome
 from fidelity.gate import load_policy
@@ -67,20 +71,22 @@ def _trajectory(tid: str, makes: bool, claimed: bool, check: str) -> Trajectory:
     )
 
 
-def _gate(tmp_path: Path, db: Path, limit: float, to: list[str] | None = None) -> tuple[int, Path]:
+def _gate(
+    tmp_path: Path, db: Path, limit: float, to: list[str] | None = None, run_id: str = "g1"
+) -> tuple[int, Path]:
     dataset = tmp_path / "sim.jsonl"
     write_trajectories(
         dataset, [_trajectory(tid, m, c, check) for tid, (m, c, check, _) in LABELLED.items()]
     )
     policy = tmp_path / "gate.toml"
     policy.write_text(f"[default]\nmax_drift_rate = 0.9\nmax_false_success_rate = {limit}\n")
-    out = tmp_path / "out"
+    out = tmp_path / f"out-{run_id}"
     options = GateOptions(
         dataset=dataset,
         policy_path=policy,
         output_dir=out,
         db=db,
-        run_id="g1",
+        run_id=run_id,
         sample=None,
         to=to or [],
     )
@@ -161,6 +167,46 @@ def test_gate_writes_rl_formats_with_the_trust_fields(
     assert all(line["metadata"]["gate_run_id"] == "g1" for line in lines)  # type: ignore[index]
 
 
+@pytest.mark.bwrap
+def test_drift_gives_the_outcome_figures_of_both_runs(
+    tmp_path: Path, db_path: Path, bwrap: None
+) -> None:
+    _gate(tmp_path, db_path, limit=0.5, run_id="g1")
+    _gate(tmp_path, db_path, limit=0.5, run_id="g2")
+    with Store(db_path, read_only=True) as store:
+        report = compare_runs(store, "g1", "g2", min_steps=1)
+    [row] = report.outcomes
+    assert row.domain == "terminal" and row.baseline is not None and row.current is not None
+    table = OutcomeTable(agree_success=2, false_success=2, false_failure=1, agree_failure=1)
+    assert row.baseline.table == row.current.table == table
+    kappa = row.current.kappa_interval
+    assert kappa is not None and kappa.value == 0.0 and kappa.low < 0 < kappa.high
+    lines = outcome_lines(report)
+    assert "outcomes terminal, current g2" in lines
+    assert "  false success false-success: first drifting step none" in lines
+    assert any(line.startswith("  agreement 50.0% [") and "kappa 0.00 [" in line for line in lines)
+    assert "  unverifiable hangs: the check timed out after 2s" in lines
+    args = ["drift", "--baseline", "g1", "--current", "g2", "--db", str(db_path)]
+    text = CliRunner().invoke(app, [*args, "--min-steps", "1"])
+    assert "false-success rate 50.0% [" in text.output, text.output
+    shown = CliRunner().invoke(app, [*args, "--min-steps", "1", "--json"])
+    outcomes = json.loads(shown.output)["outcomes"]
+    assert outcomes[0]["current"]["table"] == table.model_dump()
+    assert outcomes[0]["current"]["false_success_rate"]["value"] == 0.5
+
+
+def test_kappa_interval() -> None:
+    claims = np.array([1, 1, 1, 0, 0, 0, 1, 0], dtype=float)
+    perfect = bootstrap_kappa(claims, claims, seed=1, resamples=300)
+    assert perfect is not None and perfect.value == perfect.low == perfect.high == 1.0
+    reals = np.array([1, 0, 1, 0, 1, 0, 1, 0], dtype=float)
+    partial = bootstrap_kappa(claims, reals, seed=1, resamples=300)
+    assert partial is not None and partial.value == 0.5 and -1 <= partial.low < 0.5 < partial.high
+    assert bootstrap_kappa(claims, np.ones_like(claims), seed=1) is not None
+    assert bootstrap_kappa(np.ones(3), np.ones(3), seed=1) is None  # kappa undefined
+    assert bootstrap_kappa(np.array([]), np.array([]), seed=1) is None
+
+
 def test_kappa_and_rates_from_rows() -> None:
     rows = [
         ("swe", "a", True, "success", None, 0, None),
@@ -179,6 +225,7 @@ def test_kappa_and_rates_from_rows() -> None:
     assert figures.unverifiable == 1 and figures.claimed == 5 and figures.checked == 6
     assert figures.horizon.covered == 2 and figures.horizon.covered_agreement == 0.5
     assert figures.horizon.cut == 2 and figures.horizon.cut_agreement == 0.5
+    assert figures.kappa_interval is not None and figures.kappa_interval.value == 0.0
     assert cohen_kappa(OutcomeTable(agree_success=3, agree_failure=2)) == 1.0
     assert cohen_kappa(OutcomeTable(agree_success=3)) is None
 

@@ -205,6 +205,7 @@ class DomainOutcomes(_Row):
     table: OutcomeTable
     agreement: Estimate | None  # share of the table's trajectories that agree
     kappa: float | None  # Cohen's kappa of the table (None: undefined)
+    kappa_interval: Estimate | None = None  # kappa with its bootstrap 95% interval
     false_success_rate: Estimate | None  # false successes / claimed successes in the table
     false_failure_rate: Estimate | None  # false failures / claimed failures in the table
     false_successes: list[OutcomeCase] = Field(default_factory=list)

@@ -4,7 +4,8 @@ A trajectory's claimed outcome (its simulation's, or its dataset's label) and it
 one (the environment's check after the replay, :mod:`fidelity.outcomes`) are stored per
 trajectory. Only trajectories with both a claimed success/failure and a verified real
 outcome enter the table; unverifiable real outcomes are counted and listed with their
-reason. Rates carry bootstrap 95% intervals over trajectories (:func:`bootstrap_rate`).
+reason. Rates and kappa carry bootstrap 95% intervals over trajectories
+(:func:`bootstrap_rate`, :func:`bootstrap_kappa`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from fidelity import store_queries as queries
-from fidelity.analysis.cells import BOOTSTRAP_RESAMPLES, _seed, bootstrap_rate
+from fidelity.analysis.cells import (
+    _CHUNK_ELEMENTS,
+    BOOTSTRAP_RESAMPLES,
+    _poisson1,
+    _seed,
+    bootstrap_rate,
+)
 from fidelity.analysis.models import (
     DomainOutcomes,
     Estimate,
@@ -94,6 +101,7 @@ def domain_outcomes(
         table=table,
         agreement=_rate(agree, np.ones_like(agree), seed, resamples),
         kappa=cohen_kappa(table),
+        kappa_interval=bootstrap_kappa(claims, reals, seed + 3, resamples),
         false_success_rate=_rate(claims * (1 - reals), claims, seed + 1, resamples),
         false_failure_rate=_rate((1 - claims) * reals, 1 - claims, seed + 2, resamples),
         false_successes=false_successes,
@@ -138,6 +146,53 @@ def cohen_kappa(table: OutcomeTable) -> float | None:
     if expected >= 1:
         return None
     return (observed - expected) / (1 - expected)
+
+
+def bootstrap_kappa(
+    claims: np.ndarray[Any, Any],
+    reals: np.ndarray[Any, Any],
+    seed: int,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Estimate | None:
+    """Cohen's kappa of *claims* against *reals* (0/1 per trajectory) with a percentile 95%
+    interval over resampled trajectories (Poisson(1) weights, as for the rates); resamples
+    where kappa is undefined are left out. None when kappa itself is undefined."""
+    cells = np.stack(
+        [claims * reals, claims * (1 - reals), (1 - claims) * reals, (1 - claims) * (1 - reals)],
+        axis=1,
+    )
+    value = _kappas(cells.sum(axis=0, keepdims=True))[0]
+    if np.isnan(value):
+        return None
+    if len(claims) < 2 or resamples == 0:
+        return Estimate(value=float(value), low=float(value), high=float(value))
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ELEMENTS // len(claims))
+    kappas = np.concatenate(
+        [
+            _kappas(_poisson1(rng, (min(chunk, resamples - start), len(claims))) @ cells)
+            for start in range(0, resamples, chunk)
+        ]
+    )
+    kappas = kappas[~np.isnan(kappas)]
+    if not kappas.size:
+        return Estimate(value=float(value), low=float(value), high=float(value))
+    low, high = np.percentile(kappas, [2.5, 97.5])
+    return Estimate(value=float(value), low=float(min(low, value)), high=float(max(high, value)))
+
+
+def _kappas(counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Kappa per row of 2×2 *counts* (agree_success, false_success, false_failure,
+    agree_failure); NaN where it is undefined (:func:`cohen_kappa`)."""
+    n = counts.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        observed = (counts[:, 0] + counts[:, 3]) / n
+        claimed_yes = (counts[:, 0] + counts[:, 1]) / n
+        real_yes = (counts[:, 0] + counts[:, 2]) / n
+        expected = claimed_yes * real_yes + (1 - claimed_yes) * (1 - real_yes)
+        kappas = (observed - expected) / (1 - expected)
+    undefined = (n == 0) | (expected >= 1 - 1e-12)
+    return np.where(undefined, np.nan, kappas)
 
 
 def _horizon_agreement(
