@@ -83,6 +83,11 @@ class AuditConfig(BaseModel):
     ray_results_dir: Path | None = Field(
         default=None, description="ray parquet: shards' folder (default: <db>.parts)"
     )
+    image: str | None = Field(
+        default=None,
+        description="the container image of trajectories whose env.image is unset "
+        "(docker/swe backends; a trajectory's own env.image wins)",
+    )
 
     @property
     def executor_config(self) -> ExecutorConfig:
@@ -156,7 +161,7 @@ def run_audit(
     if config.domain is None:
         domain = pipeline.single_domain(trajectories, suite_path)
         config = config.model_copy(update={"domain": pipeline.check_domain(domain, config.sandbox)})
-    trajectories = trajectories[: config.limit]
+    trajectories = pipeline.with_default_image(trajectories[: config.limit], config.image)
     policy = load_policy(config.policy) if config.policy else None
     # The retrieval baseline indexes this run's real replays, so it is built after them.
     model = None if needs_real_corpus(config.sim.world_model) else build_world_model(config.sim)[0]

@@ -47,6 +47,10 @@ class BatchResult(BaseModel):
     sampling: SampleSpread | None = None
     controllability: Controllability | None = None
     cache: dict[str, int] | None = Field(default=None, description="response cache hits/misses")
+    unverifiable: dict[str, str] | None = Field(
+        default=None,
+        description="replay: trajectories whose environment could not be had, id → reason",
+    )
 
 
 def replay_suite(
@@ -58,13 +62,18 @@ def replay_suite(
     concurrency: int = 2,
     progress: pipeline.ProgressCallback | None = None,
     allowed_roots: Sequence[str | os.PathLike[str]] = (),
+    image: str | None = None,
 ) -> BatchResult:
     """Replay every trajectory of *suite* for real and write them with real observations.
+
+    *image* is the container image of trajectories whose ``env.image`` is unset.
 
     Its ``env.workdir`` and ``@file`` setup paths must lie inside the suite's folder or
     *allowed_roots* (:func:`fidelity.formats.jsonl.confine_paths`).
     """
-    trajectories = pipeline.load_suite(suite, allowed_roots=allowed_roots)
+    trajectories = pipeline.with_default_image(
+        pipeline.load_suite(suite, allowed_roots=allowed_roots), image
+    )
     report = progress or (lambda phase, n: None)
     report("total", len(trajectories))
     configs: dict[str, SandboxConfigBase] = {}
@@ -96,7 +105,9 @@ def replay_suite(
         )
         for t in trajectories
     ]
-    return _written(output, results)
+    reasons = {t.id: pipeline.unverifiable_reason(records[t.id].error) for t in trajectories}
+    unverifiable = {tid: reason for tid, reason in reasons.items() if reason is not None}
+    return _written(output, results).model_copy(update={"unverifiable": unverifiable})
 
 
 def simulate_suite(

@@ -121,6 +121,47 @@ SandboxOption = Annotated[
         "Default: the domain's own.",
     ),
 ]
+ImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--image",
+        help="Container image of trajectories whose env.image is unset (docker/swe backends; "
+        "a trajectory's own env.image wins). One that is not here and cannot be pulled "
+        "makes its trajectories unverifiable.",
+    ),
+]
+SiteOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--site",
+        help="NAME=URL: the live base URL of the web site NAME that trajectories' env.sites "
+        "name without a URL (repeatable; default: BrowserGym's WA_<NAME> variables).",
+    ),
+]
+SiteResetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--site-reset",
+        help="NAME=COMMAND: a shell command run before each trajectory using site NAME "
+        "(WebArena: restart its containers); repeatable.",
+    ),
+]
+InstancesOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--instances",
+        help="SWE-bench-family instance records (JSONL, JSON list or Parquet, as the HF "
+        "dataset exports them) for trajectories whose env.instance names only an id.",
+    ),
+]
+SwebenchNamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--swebench-namespace",
+        help="Registry namespace of SWE-bench instance images (default: the record's image, "
+        "else swebench, Docker Hub's); none: locally built names.",
+    ),
+]
 SerialOption = Annotated[
     str | None,
     typer.Option("--serial", help="adb device serial (--sandbox adb), e.g. emulator-5554."),
@@ -460,6 +501,11 @@ def audit(
     ray_address: RayAddressOption = None,
     ray_results: RayResultsOption = "driver",
     ray_results_dir: RayResultsDirOption = None,
+    image: ImageOption = None,
+    site: SiteOption = None,
+    site_reset: SiteResetOption = None,
+    instances: InstancesOption = None,
+    swebench_namespace: SwebenchNamespaceOption = None,
 ) -> None:
     """Replay a suite for real and through the world model, compare, store, report."""
     from fidelity.audit import AuditConfig, new_run_id, run_audit
@@ -471,7 +517,11 @@ def audit(
         domain=check_domain(domain, sandbox) if domain is not None else None,
         suite=suite,
         sandbox=sandbox,
-        sandbox_options=_serial_options(serial, sandbox),
+        sandbox_options={
+            **_serial_options(serial, sandbox),
+            **_site_options(site, site_reset),
+            **_instance_options(instances, swebench_namespace),
+        },
         step_timeout=timeout,
         allowed_roots=allow_root or [],
         sim=_endpoint_options(
@@ -497,6 +547,7 @@ def audit(
         ray_address=ray_address,
         **_ray_results(executor, ray_results, ray_results_dir),
         **({"concurrency": concurrency} if concurrency else {}),
+        image=image,
     )
     with (
         _interrupt_hint(f"resume with: fidelity audit --run-id {run_id} --db {db}"),
@@ -510,6 +561,20 @@ def audit(
     raise typer.Exit(result.verdict.exit_code if result.verdict else 0)
 
 
+def _instance_options(instances: Path | None, namespace: str | None) -> dict[str, Any]:
+    """``--instances`` (read and checked now: a bad record exits 2 before any store opens)
+    and ``--swebench-namespace`` as the docker backend's options."""
+    options: dict[str, Any] = {}
+    if instances is not None:
+        from fidelity.harnesses.swebench import load_instances
+
+        load_instances(instances)
+        options["instances"] = instances.resolve()
+    if namespace is not None:
+        options["swebench_namespace"] = namespace
+    return options
+
+
 def _serial_options(serial: str | None, sandbox: str | None) -> dict[str, Any]:
     """``--serial`` as the adb backend's option; a usage error with another backend."""
     if serial is None:
@@ -519,6 +584,45 @@ def _serial_options(serial: str | None, sandbox: str | None) -> dict[str, Any]:
 
         raise UsageError("--serial names an adb device: use it with --sandbox adb")
     return {"serial": serial}
+
+
+def _site_options(sites: list[str] | None, resets: list[str] | None) -> dict[str, Any]:
+    """``--site NAME=URL`` and ``--site-reset NAME=CMD`` as the browser backend's ``sites``
+    (over BrowserGym's ``WA_*`` variables); nothing when neither is given."""
+    if not sites and not resets:
+        return {}
+    from pydantic import ValidationError
+
+    from fidelity.errors import UsageError
+    from fidelity.model import EnvSpec
+    from fidelity.sandboxes.web_sites import webarena_sites
+
+    given: dict[str, dict[str, str]] = {}
+    for option, key, values in (("--site", "url", sites), ("--site-reset", "reset", resets)):
+        for value in values or []:
+            name, _, text = value.partition("=")
+            if not text:
+                raise UsageError(f"{option} {value!r}: write NAME={key.upper()}")
+            given.setdefault(name.strip(), {})[key] = text.strip()
+    try:
+        checked = EnvSpec(sites=given).sites or {}
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"][1:] if part != "[key]")
+        raise UsageError(f"--site {where}: {first['msg']}") from None
+    defaults = webarena_sites()
+    merged = {
+        name: defaults[name].model_copy(update=site.model_dump(exclude_none=True))
+        if name in defaults
+        else site
+        for name, site in checked.items()
+    }
+    return {
+        "sites": {
+            name: site.model_dump(exclude_none=True)
+            for name, site in {**defaults, **merged}.items()
+        }
+    }
 
 
 @app.command()
@@ -535,14 +639,23 @@ def replay(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 2,
     allow_root: AllowRoot = None,
     as_json: JsonOption = False,
+    image: ImageOption = None,
+    site: SiteOption = None,
+    site_reset: SiteResetOption = None,
+    instances: InstancesOption = None,
+    swebench_namespace: SwebenchNamespaceOption = None,
 ) -> None:
     """Replay actions in real sandboxes only; write trajectories with real observations."""
     from fidelity.batch import replay_suite
 
-    options = _serial_options(serial, sandbox)
+    options = {
+        **_serial_options(serial, sandbox),
+        **_site_options(site, site_reset),
+        **_instance_options(instances, swebench_namespace),
+    }
     with _progress(as_json) as progress:
         result = replay_suite(
-            suite, output, sandbox, options, timeout, concurrency, progress, allow_root or []
+            suite, output, sandbox, options, timeout, concurrency, progress, allow_root or [], image
         )
     _render_batch(result, as_json, "replayed")
 
@@ -779,6 +892,11 @@ def gate(
             "openrlhf, slime (JSONL); repeatable. Needs a DATASET.",
         ),
     ] = None,
+    image: ImageOption = None,
+    site: SiteOption = None,
+    site_reset: SiteResetOption = None,
+    instances: InstancesOption = None,
+    swebench_namespace: SwebenchNamespaceOption = None,
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -794,6 +912,12 @@ def gate(
         _gate_usage(sample, replay_all, cut_at_horizon, allow_root, layout)
         if to:
             raise UsageError("--to needs a DATASET argument")
+        if image is not None:
+            raise UsageError("--image needs a DATASET argument")
+        if site or site_reset:
+            raise UsageError("--site and --site-reset need a DATASET argument")
+        if instances is not None or swebench_namespace is not None:
+            raise UsageError("--instances and --swebench-namespace need a DATASET argument")
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
@@ -819,6 +943,11 @@ def gate(
                     "ray_address": ray_address,
                     "layout": _layout(layout),
                     "to": _rl_formats(to or []),
+                    "image": image,
+                    "sandbox_options": {
+                        **_site_options(site, site_reset),
+                        **_instance_options(instances, swebench_namespace),
+                    },
                     **_ray_results(executor, ray_results, ray_results_dir),
                 },
                 progress,
@@ -1119,7 +1248,9 @@ def _render_audit(result: Any) -> None:
         head.add_row("report", result.report)
     head.add_row(
         "trajectories",
-        f"{totals.trajectories} ({len(result.failed_trajectories)} failed to replay)",
+        f"{totals.trajectories} ({len(result.failed_trajectories)} failed to replay"
+        + (f", {totals.unverifiable} unverifiable" if totals.unverifiable else "")
+        + ")",
     )
     head.add_row(
         "steps compared",
@@ -1177,6 +1308,7 @@ def _render_manifest(manifest: Any) -> None:
         f"dataset gate run {manifest.run_id}: {counts.sampled} of {counts.trajectories} "
         f"trajectories replayed; admitted {counts.admitted} ({counts.admitted_cut} cut, "
         f"{counts.admitted_unverified} unverified), quarantined {counts.quarantined}"
+        + (f" ({counts.unverifiable} unverifiable)" if counts.unverifiable else "")
     )
     out.print(f"  {manifest.admitted_path}\n  {manifest.quarantined_path}")
 
@@ -1224,6 +1356,8 @@ def _render_batch(result: Any, as_json: bool, verb: str) -> None:
         f"{verb} {result.trajectories} trajectories ({result.steps} steps, "
         f"{result.failed_steps} failed) → {result.output}"
     )
+    for trajectory_id, reason in (result.unverifiable or {}).items():
+        out.print(f"unverifiable {_escape(trajectory_id)}: {_escape(reason)}")
     _render_sim_figures(result)
 
 

@@ -24,12 +24,16 @@ or glob of shards: :mod:`fidelity.formats.dataset`); memory stays flat in its si
    - a verified trajectory whose claimed outcome (``outcome.success``) the real
      check (``env.check``) contradicts is quarantined, ``quarantine_reason:
      "outcome"``, whatever its steps' drift;
+   - a sampled trajectory whose environment could not be had (its image missing and not
+     pullable, its site down, its build failed) is ``unverifiable``: never admitted,
+     written to ``quarantined.jsonl`` with ``quarantine_reason: "unverifiable"`` and the
+     reason; the policy's ``max_unverifiable_rate`` bounds how many there may be;
    - an unverified trajectory (not in the sample) follows the verdict: admitted
      on pass or warn (cut at the domain's trust horizon with ``cut_at_horizon``),
      quarantined on fail.
 
    A quarantined line's ``meta.quarantine_reason`` says why in one word (``drift``,
-   ``outcome``, ``gate``) and ``meta.quarantine_detail`` in a sentence.
+   ``outcome``, ``gate``, ``unverifiable``) and ``meta.quarantine_detail`` in a sentence.
 6. With ``to`` (``--to verl`` …), the admitted trajectories are also written in those
    RL stacks' formats (:mod:`fidelity.formats.rl_export`: ``admitted.verl.parquet`` …,
    each row carrying its per-step verdicts, trust horizon and outcome agreement),
@@ -138,6 +142,14 @@ class GateOptions(BaseModel):
         description="RL stacks the admitted trajectories are also written for (verl, skyrl, "
         "openrlhf, slime): admitted.<format>.parquet / .jsonl",
     )
+    image: str | None = Field(
+        default=None,
+        description="the container image of trajectories whose env.image is unset "
+        "(docker/swe backends; a trajectory's own env.image wins)",
+    )
+    sandbox_options: dict[str, Any] = Field(
+        default_factory=dict, description="the backend's settings (web: the user's sites)"
+    )
 
     @property
     def executor_config(self) -> ExecutorConfig:
@@ -157,13 +169,16 @@ class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trajectory_id: str
-    outcome: Literal["admitted", "quarantined"]
+    outcome: Literal["admitted", "quarantined", "unverifiable"] = Field(
+        description="unverifiable: sampled, but its environment could not be had (the line "
+        "goes to the quarantined file)"
+    )
     verified: bool
     steps: int
     steps_kept: int
     horizon: int | None  # steps before the first drift (verified trajectories only)
     reason: str
-    cause: Literal["drift", "outcome", "gate"] | None = Field(
+    cause: Literal["drift", "outcome", "gate", "unverifiable"] | None = Field(
         default=None, description="why it was quarantined, in one word (None: admitted)"
     )
     outcome_agreement: bool | None = Field(
@@ -195,6 +210,9 @@ class Verified(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     horizons: dict[str, int] = Field(description="steps before the first drift, per trajectory")
+    unverifiable: dict[str, str] = Field(
+        default_factory=dict, description="why each unverifiable trajectory is (its reason)"
+    )
     checks: dict[str, RealCheck] = Field(default_factory=dict)
     steps: dict[str, list[StepVerdict]] = Field(
         default_factory=dict, description="per-step verdicts (only when exporting for RL)"
@@ -202,7 +220,11 @@ class Verified(BaseModel):
 
 
 class Counts(BaseModel):
-    """Totals of the manifest; ``admitted + quarantined == trajectories``."""
+    """Totals of the manifest; ``admitted + quarantined == trajectories``.
+
+    ``unverifiable`` counts the sampled trajectories whose environment could not be had;
+    they are among ``quarantined`` (the lines of the quarantined file), never admitted.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -215,6 +237,7 @@ class Counts(BaseModel):
     quarantined: int
     steps: int
     steps_admitted: int
+    unverifiable: int = 0
 
 
 class Manifest(BaseModel):
@@ -302,6 +325,7 @@ def gate_dataset(
         store.finish_run(run_id, "done")
         summary = summarize(store, run_id, limit, worst=0, detail=False)
         verified = _verified_facts(store, run_id, bool(options.to))
+        verified.unverifiable = {row.trajectory_id: row.reason for row in summary.unverifiable}
     verdict = evaluate(summary, policy)
     return _write(
         options, policy, scan, verified, verdict, summary.totals.trust_horizon, run_id, report
@@ -533,9 +557,11 @@ def _sampled(scan: Scan, options: GateOptions) -> list[Trajectory]:
         if wanted:
             calls.append((index, shard.path, wanted, tuple(options.allowed_roots)))
     if options.executor != "ray":
-        return [t for call in calls for t in sampled_in_shard(*call)]
-    parts = map_on_cluster(sampled_in_shard, calls, options.ray_address)
-    return [t for part in parts for t in part]
+        picked = [t for call in calls for t in sampled_in_shard(*call)]
+    else:
+        parts = map_on_cluster(sampled_in_shard, calls, options.ray_address)
+        picked = [t for part in parts for t in part]
+    return pipeline.with_default_image(picked, options.image)
 
 
 def sampled_in_shard(
@@ -699,7 +725,7 @@ def _verify(
     # what an interrupted attempt's workers finished is kept
     options.executor_config.merge_left_over(store, options.db, run_id)
     done = store.done_trajectories(run_id)
-    sandbox = sandbox_config(domain, options.sandbox, {}, run_id)
+    sandbox = sandbox_config(domain, options.sandbox, options.sandbox_options, run_id)
     tasks = [
         TrajectoryTask.model_validate(
             {
@@ -744,6 +770,18 @@ def _decide(
     options: GateOptions,
 ) -> Decision:
     """What happens to one trajectory of *total* steps (verified when it has a horizon)."""
+    reason = verified.unverifiable.get(trajectory_id)
+    if reason is not None:
+        return Decision(
+            trajectory_id=trajectory_id,
+            outcome="unverifiable",
+            verified=False,
+            steps=total,
+            steps_kept=0,
+            horizon=None,
+            reason=f"unverifiable: {reason}",
+            cause="unverifiable",
+        )
     horizon = verified.horizons.get(trajectory_id)
     if horizon is not None:
         check = verified.checks.get(trajectory_id)
@@ -1021,7 +1059,7 @@ def write_shard(
                 str(data["id"]), len(steps), verified, verdict, domain_horizon, minimum, options
             )
             counts.add(decision)
-            if decision.verified:
+            if decision.verified or decision.outcome == "unverifiable":
                 decided.append(decision)
             decisions.write(decision.model_dump_json())
             meta = dict(data.get("meta") or {})
@@ -1112,10 +1150,11 @@ class _Tally:
     def add(self, d: Decision) -> None:
         v = self.values
         v["trajectories"] += 1
-        v["sampled"] += d.verified
+        v["sampled"] += d.verified or d.outcome == "unverifiable"
         v["steps"] += d.steps
-        if d.outcome == "quarantined":
+        if d.outcome != "admitted":
             v["quarantined"] += 1
+            v["unverifiable"] += d.outcome == "unverifiable"
             return
         v["admitted"] += 1
         v["admitted_whole"] += d.verified and d.steps_kept == d.steps

@@ -8,6 +8,7 @@ A policy file::
     min_trust_horizon = 3     # depth up to which drift stays <= max_drift_rate
     min_steps = 20            # fewer compared steps cannot pass
     max_false_success_rate = 0.1  # claimed successes whose real check failed
+    max_unverifiable_rate = 0.05  # trajectories whose environment could not be had
 
     [domains.terminal]        # overrides for one domain
     max_drift_rate = 0.05
@@ -25,6 +26,10 @@ A gate cannot pass an outage or an empty run, whatever the policy says:
   for infrastructure reasons: world-model errors, sandbox failures) is always checked,
   ``DEFAULT_MAX_INFRA_FAILURE_RATE`` when the policy does not set it (``1.0`` turns
   it off explicitly);
+* ``max_unverifiable_rate`` (share of the run's trajectories that are *unverifiable*: their
+  environment, e.g. their image, could not be had) is always checked,
+  ``DEFAULT_MAX_UNVERIFIABLE_RATE`` when the policy does not set it; their steps count
+  here, not in the infrastructure-failure rate;
 * ``max_false_success_rate`` is checked where the domain has claimed successes with a
   verified real outcome (:mod:`fidelity.outcomes`); with none there is nothing to bound;
 * a run with no compared step fails (``compared_steps >= 1`` when ``min_steps`` is
@@ -49,6 +54,9 @@ from fidelity.model import Domain
 DEFAULT_MAX_INFRA_FAILURE_RATE = 0.05
 """Infrastructure-failure limit in force when a policy sets none: 5% of all steps."""
 
+DEFAULT_MAX_UNVERIFIABLE_RATE = 0.05
+"""Unverifiable-trajectory limit in force when a policy sets none: 5% of the trajectories."""
+
 _QUALITY_LIMITS = ("max_drift_rate", "max_hallucination_rate", "min_trust_horizon")
 
 
@@ -68,6 +76,13 @@ class Thresholds(BaseModel):
         le=1,
         description="claimed successes (simulated or labelled) whose real check failed, over "
         "the claimed successes with a verified real outcome",
+    )
+    max_unverifiable_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="trajectories whose environment could not be had (image missing and not "
+        "pullable, site down, build failure), over the run's trajectories",
     )
 
     def checks_quality(self) -> bool:
@@ -92,7 +107,8 @@ class Policy(BaseModel):
     def for_domain(self, domain: str) -> Thresholds:
         """The critical thresholds in force for *domain* (overrides win over defaults).
 
-        ``max_infra_failure_rate`` is never None here: the default limit fills it.
+        ``max_infra_failure_rate`` and ``max_unverifiable_rate`` are never None here: the
+        default limits fill them.
         """
         override = self.domains.get(Domain(domain))
         merged = self.default.model_dump(exclude={"warn"})
@@ -100,6 +116,8 @@ class Policy(BaseModel):
             merged |= override.model_dump(exclude_none=True, exclude={"warn"})
         if merged["max_infra_failure_rate"] is None:
             merged["max_infra_failure_rate"] = DEFAULT_MAX_INFRA_FAILURE_RATE
+        if merged["max_unverifiable_rate"] is None:
+            merged["max_unverifiable_rate"] = DEFAULT_MAX_UNVERIFIABLE_RATE
         return Thresholds(**merged)
 
     def warnings_for(self, domain: str) -> Thresholds:
@@ -226,6 +244,10 @@ def _checks(summary: RunSummary, limits: Thresholds, severity: str) -> list[Chec
                 "infra_failure_rate", infra_failure_rate(totals), limits.max_infra_failure_rate
             )
         )
+    if limits.max_unverifiable_rate is not None:
+        checks.append(
+            _at_most("unverifiable_rate", unverifiable_rate(totals), limits.max_unverifiable_rate)
+        )
     rate = false_success_rate(summary)
     if limits.max_false_success_rate is not None and rate is not None:
         checks.append(_at_most("false_success_rate", rate, limits.max_false_success_rate))
@@ -255,9 +277,20 @@ def false_success_rate(summary: RunSummary) -> float | None:
 
 
 def infra_failure_rate(totals: Totals) -> float:
-    """Share of all steps that failed for infrastructure reasons (1.0 for a run with no step:
-    nothing was compared, which must not look like a clean run)."""
-    return totals.infra_failures / totals.steps if totals.steps else 1.0
+    """Share of the steps of verifiable trajectories that failed for infrastructure reasons
+    (1.0 for a run with no step: nothing was compared, which must not look like a clean run).
+
+    The steps of unverifiable trajectories are bounded by :func:`unverifiable_rate` instead.
+    """
+    steps = totals.steps - totals.unverifiable_steps
+    if steps > 0:
+        return (totals.infra_failures - totals.unverifiable_steps) / steps
+    return 0.0 if totals.unverifiable else 1.0
+
+
+def unverifiable_rate(totals: Totals) -> float:
+    """Share of the run's trajectories whose environment could not be had (0.0 with none)."""
+    return totals.unverifiable / totals.trajectories if totals.trajectories else 0.0
 
 
 def horizon_limit(policy: Policy, domain: str, fallback: float) -> float:

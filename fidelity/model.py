@@ -13,6 +13,7 @@ import re
 import shlex
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -350,6 +351,45 @@ class McpServer(Strict):
         return self
 
 
+SITE_NAME: Final = r"^[a-z][a-z0-9_]{0,63}$"
+"""A web site's name in ``env.sites``: ``shopping``, ``shopping_admin``, ``gitlab``..."""
+
+
+def _site_base(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http(s) base URL such as http://host:7770")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("a base URL is scheme, host, port and path: no query, fragment or user")
+    _ = parts.port  # raises ValueError for a port out of range
+    return value.rstrip("/")
+
+
+SiteUrl = Annotated[str, Field(max_length=2000), AfterValidator(_site_base)]
+"""An http(s) origin with an optional path, without a trailing slash."""
+
+
+class WebSite(Strict):
+    """One of the user's web sites (a WebArena site): where it runs and how it is reset.
+
+    ``url`` is the live base URL the browser uses (None: the run's default, from
+    ``--site NAME=URL`` or BrowserGym's ``WA_<NAME>`` variable). ``recorded`` is the base
+    URL the trajectory's actions and observations were recorded on (default: ``url``):
+    actions are mapped from it to ``url``, observations back. ``reset`` runs on the
+    auditing machine before each trajectory (WebArena restarts the site's containers).
+    A plain string stands for ``{"url": ...}``.
+    """
+
+    url: SiteUrl | None = None
+    recorded: SiteUrl | None = None
+    reset: Command | None = Field(default=None, description="run by /bin/sh before each trajectory")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_only(cls, data: Any) -> Any:
+        return {"url": data} if isinstance(data, str) else {} if data is None else data
+
+
 class OutcomeCheck(Strict):
     """The environment's own test of a trajectory's outcome: a command run in the sandbox
     after the last step. Exit 0 is success, an exit code in ``failure_codes`` failure;
@@ -374,6 +414,72 @@ class Outcome(Strict):
     )
 
 
+class SweInstance(Strict):
+    """A SWE-bench-family instance record, in the dataset's own field names.
+
+    The eight fields the harness needs are required; ``FAIL_TO_PASS`` and
+    ``PASS_TO_PASS`` are lists, or the JSON-encoded strings the HF dataset stores.
+    ``image``, ``log_parser``, ``eval_type`` and ``eval_script`` are the columns
+    swebench 5.x records add (its ``make_test_spec`` reads them): grading needs them.
+    """
+
+    instance_id: str = Field(min_length=1, max_length=300)
+    repo: str = Field(min_length=1)
+    version: str
+    base_commit: str = Field(min_length=1)
+    environment_setup_commit: str
+    test_patch: str
+    FAIL_TO_PASS: list[str]
+    PASS_TO_PASS: list[str]
+    patch: str | None = None
+    problem_statement: str | None = None
+    hints_text: str | None = None
+    created_at: str | None = None
+    split: str | None = None
+    image: str | None = Field(default=None, description="swebench 5.x: the image it names")
+    log_parser: str | None = Field(default=None, description="swebench 5.x: PARSER_REGISTRY key")
+    eval_type: str | None = Field(default=None, description="swebench 5.x: pass_and_fail, ...")
+    eval_script: str | None = Field(default=None, description="swebench 5.x: the eval.sh")
+    image_assets: Any = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int | float) else value
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON list ({exc.msg})") from None
+        return value
+
+
+class InstanceSpec(Strict):
+    """A trajectory's SWE-bench-family instance: its id, with the record inline or looked up
+    in the instances file the run is given (``--instances``)."""
+
+    instance_id: str = Field(min_length=1, max_length=300)
+    record: SweInstance | None = None
+    timeout: float = Field(default=1800.0, gt=0, le=86400, description="eval script, seconds")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_id(cls, data: Any) -> Any:
+        return {"instance_id": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _same_id(self) -> InstanceSpec:
+        if self.record is not None and self.record.instance_id != self.instance_id:
+            raise ValueError(
+                f"record.instance_id {self.record.instance_id!r} is not {self.instance_id!r}"
+            )
+        return self
+
+
 class EnvSpec(Strict):
     """What a sandbox needs to start.
 
@@ -388,13 +494,29 @@ class EnvSpec(Strict):
         description="a named environment the backend prepares (an SWE repository, a web site): "
         "sandboxes/<domain>/<project>/",
     )
+    sites: dict[Annotated[str, StringConstraints(pattern=SITE_NAME)], WebSite] | None = Field(
+        default=None,
+        description="web: the user's sites this trajectory uses, by name (a WebArena site: "
+        "shopping, gitlab...); a site without a URL takes the run's (--site, WA_<NAME>)",
+    )
     workdir: OsText | None = None
+    task: OsText | None = Field(
+        default=None,
+        description="a Terminal-Bench task folder (task.yaml, Dockerfile or docker-compose.yaml, "
+        "run-tests.sh, tests/): the trajectory's environment, and its tests the real outcome; "
+        "relative to the suite file's folder",
+    )
     image: Annotated[OsText, StringConstraints(pattern=IMAGE_REFERENCE, max_length=255)] | None = (
         Field(
             default=None,
             description="docker/swe backends: the container image of this trajectory (a name, "
             "name:tag or name@digest), used instead of the configured default",
         )
+    )
+    instance: InstanceSpec | None = Field(
+        default=None,
+        description="a SWE-bench-family instance: its image (named by the swebench package) "
+        "and, after the last step, its grading by swebench's eval script and log parser",
     )
     setup: list[OsText] = Field(default_factory=list)
     env: dict[OsText, OsText] = Field(default_factory=dict)
@@ -424,7 +546,11 @@ class EnvSpec(Strict):
     def digest(self) -> str:
         """Stable hash of the spec (cache keys, provenance); an unset check or image changes
         nothing."""
-        unset = {name for name in ("check", "image") if getattr(self, name) is None}
+        unset = {
+            name
+            for name in ("check", "image", "instance", "sites", "task")
+            if getattr(self, name) is None
+        }
         return stable_hash(self.model_dump(mode="json", exclude=unset or None))
 
 

@@ -16,7 +16,7 @@ from fidelity.compare.base import Comparator, CompareContext, StepComparison
 from fidelity.compare.consistency import check_consistency, entity_source
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
 from fidelity.formats import dataset
-from fidelity.model import Domain, Observation, Step, Trajectory
+from fidelity.model import Domain, EnvSpec, Observation, Step, Trajectory
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import (
     BaselineConfig,
@@ -209,9 +209,24 @@ def replay(
     environment's check (``env.check``), when given, runs in the same sandbox after the
     last step: the real outcome.
     """
-    with sandbox.lease(trajectory.env) as (box, initial):
+    env = trajectory.env
+    if env.instance is not None:  # SWE-bench family: its record and image, by swebench
+        from fidelity.harnesses import swebench
+
+        env = swebench.resolve(env, *swebench.options(sandbox))
+    if env.task is not None:  # Terminal-Bench: the task folder's image, its tests after
+        from fidelity.harnesses import terminal_bench
+
+        env, task = terminal_bench.prepare(env, sandbox.type)
+        with sandbox.lease(env) as (box, initial):
+            steps = _run_steps(box, trajectory, step_timeout or sandbox.step_timeout)
+            start = initial.cwd if initial is not None else None
+            return Replayed(initial, steps, outcome=terminal_bench.run_tests(box, task, start))
+    with sandbox.lease(env) as (box, initial):
         timeout = step_timeout or sandbox.step_timeout
         steps = _run_steps(box, trajectory, timeout)
+        if env.instance is not None:  # graded by swebench's eval script and log parser
+            return Replayed(initial, steps, outcome=swebench.grade(box, env.instance))
         check = trajectory.env.check
         if check is None:
             return Replayed(initial, steps)
@@ -247,6 +262,8 @@ def replay_or_fail(
         raise
     except SandboxError as exc:
         return failed_replay(trajectory, f"{type(exc).__name__}: {exc}")
+    except UsageError as exc:  # its env is bad input (a web site without a URL): say whose
+        raise UsageError(f"trajectory {trajectory.id!r}: {exc}") from None
 
 
 UNVERIFIABLE = "EnvironmentUnavailableError: "
@@ -267,7 +284,8 @@ def failed_replay(trajectory: Trajectory, error: str) -> Replayed:
 
     failed = Observation(error=error)
     outcome = None
-    if trajectory.env.check is not None:
+    env = trajectory.env
+    if env.check is not None or env.instance is not None or env.task is not None:
         from fidelity.outcomes import unverifiable
 
         reason = unverifiable_reason(error)
@@ -277,6 +295,27 @@ def failed_replay(trajectory: Trajectory, error: str) -> Replayed:
             else f"the replay failed before the check: {error}"
         )
     return Replayed(None, [TimedObservation(failed) for _ in trajectory.steps], error, outcome)
+
+
+def with_default_image(trajectories: list[Trajectory], image: str | None) -> list[Trajectory]:
+    """*trajectories*, those without an ``env.image`` given *image* (``--image``); a
+    trajectory's own image wins. The reference is validated as ``env.image`` is."""
+    if image is None:
+        return trajectories
+    from pydantic import ValidationError
+
+    try:
+        EnvSpec(image=image)
+    except ValidationError:
+        raise UsageError(
+            f"--image {image!r} is not an image reference (name, name:tag or name@digest)"
+        ) from None
+    return [
+        t
+        if t.env.image is not None or t.env.instance is not None  # an instance names its own
+        else t.model_copy(update={"env": t.env.model_copy(update={"image": image})})
+        for t in trajectories
+    ]
 
 
 def with_initial(trajectory: Trajectory, initial: Observation | None) -> Trajectory:

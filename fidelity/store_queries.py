@@ -136,6 +136,15 @@ QUERIES: dict[str, str] = {
     "drift_per_depth": _DRIFT.format(key="depth"),
     "drift_per_domain": _DRIFT.format(key="0"),
     # claimed and real outcome per trajectory, with its first drifting (or failed) step
+    # trajectories whose environment could not be had (their replay error starts with the
+    # parameter, pipeline.UNVERIFIABLE), with their compared-step rows in the mode filter
+    "unverifiable": f"""SELECT t.trajectory_id, t.domain, t.error,
+                  (SELECT count(*) FROM comparisons c
+                   WHERE c.run_id = t.run_id AND c.trajectory_id = t.trajectory_id
+                         AND {MODE_FILTER}) AS steps
+           FROM trajectories t
+           WHERE t.run_id = ? AND starts_with(t.error, ?)
+           ORDER BY t.trajectory_id""",
     "outcomes": """SELECT t.domain, o.trajectory_id, o.claimed_success, o.real_status,
                   o.real_reason, o.check_exit_code,
                   (SELECT min(c.depth) FROM comparisons c

@@ -103,7 +103,7 @@ def test_gate_cuts_drifting_trajectories_at_their_horizon(
     assert stored == (16, 3 + 2 + 4)
     suite = ElementTree.parse(junit).getroot()
     # the policy's two limits, the default infrastructure limit, "some compared step"
-    assert suite.get("failures") == "0" and len(suite.findall("testcase")) == 4
+    assert suite.get("failures") == "0" and len(suite.findall("testcase")) == 5
 
 
 @pytest.mark.bwrap

@@ -63,6 +63,7 @@ max_drift_rate = 0.05
         ("drift_rate <= 0.05", False),
         ("compared_steps >= 10", True),
         ("infra_failure_rate <= 0.05", True),
+        ("unverifiable_rate <= 0.05", True),
     ]
 
 
@@ -85,6 +86,7 @@ min_trust_horizon = 3
         "hallucination_rate <= 0.1",
         "trust_horizon >= 3",
         "infra_failure_rate <= 0.05",
+        "unverifiable_rate <= 0.05",
         "compared_steps >= 1",
     ]
 
@@ -97,6 +99,7 @@ def test_a_total_outage_fails_the_gate(tmp_path: Path) -> None:
     assert [(c.name, c.value, c.passed) for c in verdict.checks] == [
         ("drift_rate <= 0.2", 0.0, True),
         ("infra_failure_rate <= 0.05", 1.0, False),
+        ("unverifiable_rate <= 0.05", 0.0, True),
         ("compared_steps >= 1", 0.0, False),
     ]
 

@@ -43,6 +43,20 @@ class Totals(_Row):
     trust_horizon: int  # largest depth d with drift rate <= the horizon limit at every depth <= d
     horizon_limit: float
     mode: str | None = None  # the mode these figures are about when the run holds several
+    unverifiable: int = Field(
+        default=0, description="trajectories whose environment could not be had (counted apart)"
+    )
+    unverifiable_steps: int = Field(
+        default=0, description="their steps (within infra_failures; kept out of its rate)"
+    )
+
+
+class UnverifiableRow(_Row):
+    """A trajectory whose environment could not be had, and why."""
+
+    trajectory_id: str
+    domain: str
+    reason: str
 
 
 class DepthRow(_Row):
@@ -230,4 +244,5 @@ class RunSummary(_Row):
     simulation: list[ModeSimulation] = Field(default_factory=list)
     judge: JudgeFigures | None = None  # None: the run was not judged
     outcomes: list[DomainOutcomes] = Field(default_factory=list)  # per domain; [] without any
+    unverifiable: list[UnverifiableRow] = Field(default_factory=list)  # [] without any
     min_cell_steps: int = 30

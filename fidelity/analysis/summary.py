@@ -14,10 +14,12 @@ from fidelity.analysis.models import (
     RunInfo,
     RunSummary,
     Totals,
+    UnverifiableRow,
     WorstStep,
 )
 from fidelity.analysis.outcomes import outcome_figures
 from fidelity.analysis.simulation import simulation_figures
+from fidelity.pipeline import UNVERIFIABLE
 from fidelity.store import Store, run_status
 
 DEFAULT_HORIZON_LIMIT = 0.10
@@ -45,9 +47,20 @@ def summarize(
     run = _run_info(store, run_id)
     mode = headline_mode(run.mode)
     by_depth = _by_depth(store, run_id, mode)
+    unverifiable = queries.rows(store, "unverifiable", [mode, mode, run_id, UNVERIFIABLE])
+    totals = _totals(store, run_id, mode, by_depth, horizon_limit)
     summary = RunSummary(
         run=run,
-        totals=_totals(store, run_id, mode, by_depth, horizon_limit),
+        totals=totals.model_copy(
+            update={
+                "unverifiable": len(unverifiable),
+                "unverifiable_steps": sum(int(r[3]) for r in unverifiable),
+            }
+        ),
+        unverifiable=[
+            UnverifiableRow(trajectory_id=tid, domain=domain, reason=error[len(UNVERIFIABLE) :])
+            for tid, domain, error, _ in unverifiable
+        ],
         by_depth=by_depth,
         by_action=_by_action(store, run_id, mode),
         worst=_worst(store, run_id, mode, worst),

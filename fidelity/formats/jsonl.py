@@ -199,9 +199,22 @@ class PathConfiner:
     def confine(self, trajectory: Trajectory, line: int) -> Trajectory:
         """*trajectory* with its env paths resolved (itself when it names none)."""
         env = trajectory.env
+        if env.task is not None:  # a Terminal-Bench task folder, checked as one
+            env = env.model_copy(update={"task": self._task(env.task, line)})
+            trajectory = trajectory.model_copy(update={"env": env})
         if env.workdir is None and not any(entry.startswith("@") for entry in env.setup):
             return trajectory
         return trajectory.model_copy(update={"env": self._env(env, line)})
+
+    def _task(self, raw: str, line: int) -> str:
+        folder = self._confined(raw, line, "env.task", dir_wanted=True)
+        from fidelity.harnesses.terminal_bench import load_task
+
+        try:
+            load_task(folder)
+        except InputFormatError as exc:
+            raise InputFormatError(self.path, line, "env.task", str(exc)) from None
+        return str(folder)
 
     def _env(self, env: EnvSpec, line: int) -> EnvSpec:
         workdir = env.workdir

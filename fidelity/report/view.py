@@ -322,8 +322,13 @@ def cards(summary: RunSummary) -> list[Card]:
         ),
         Card(
             "Infra failures",
-            count(totals.infra_failures),
-            "sandbox or model failures, kept out of the rates",
+            count(totals.infra_failures - totals.unverifiable_steps),
+            "sandbox or model failures, kept out of the rates"
+            + (
+                f"; {count(totals.unverifiable)} unverifiable trajectories apart"
+                if totals.unverifiable
+                else ""
+            ),
             "warn" if totals.infra_failures else "good",
         ),
     ]
@@ -419,6 +424,7 @@ def context(summary: RunSummary, verdict: Mapping[str, Any] | None) -> dict[str,
         "worst_total": len(summary.worst),
         "worst_actions": sorted({view.step.action_name for view in worst}),
         "worst_depth_range": (min(depths), max(depths)) if depths else (0, 0),
+        "unverifiable": summary.unverifiable,
         **detail_context(summary),
     }
 

@@ -19,6 +19,13 @@ to a dead proxy and fail to resolve, WebSockets to anywhere but the site are
 closed, WebRTC UDP is off, and ``goto`` refuses schemes other than http(s)
 and ``about:blank``. Chromium and the site server start with a few fixed
 environment variables, none of the auditor's.
+
+The user's own sites (``env.sites``, a WebArena deployment: see ``docs/user-sites.md``)
+replace the bundled one: their names resolve to base URLs (the trajectory's, else
+``BrowserConfig.sites``: ``--site``, BrowserGym's ``WA_*`` variables), each site's
+reset command runs and each must answer HTTP before the first step (else the trajectory
+is unverifiable), the browser may reach exactly their origins, ``goto`` maps a
+site's recorded base URL to its live one and observations map it back.
 """
 
 from __future__ import annotations
@@ -37,13 +44,13 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from urllib.parse import urljoin, urlsplit
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
-from fidelity.errors import SandboxError, SandboxUnavailableError
-from fidelity.model import Action, BrowserAction, EnvSpec, Observation
+from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
+from fidelity.model import SITE_NAME, Action, BrowserAction, EnvSpec, Observation, WebSite
 from fidelity.sandboxes.base import Sandbox, track, untrack
 from fidelity.sandboxes.browser_actions import ActionSyntaxError, ParsedAction, parse_action
 from fidelity.sandboxes.browser_tree import (
@@ -55,7 +62,18 @@ from fidelity.sandboxes.browser_tree import (
     render_tree,
 )
 from fidelity.sandboxes.config import SandboxConfigBase
-from fidelity.sandboxes.web_sites import OWNER_FLAG, SiteProcess, load_site, project_dir
+from fidelity.sandboxes.web_sites import (
+    OWNER_FLAG,
+    LiveSite,
+    SiteProcess,
+    load_site,
+    origin_of,
+    probe_site,
+    project_dir,
+    reset_site,
+    resolve_sites,
+    webarena_sites,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page, Playwright
@@ -75,6 +93,7 @@ CHROMIUM_FLAGS = (
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication",
 )
+_LOOPBACK = ("localhost", "127.0.0.1")
 _ROOT_PREFIX = "fidelity-browser-"
 _TOKEN_FLAG = "--fidelity-sandbox"
 T = TypeVar("T")
@@ -103,6 +122,29 @@ class BrowserConfig(SandboxConfigBase):
     temp_root: str | None = Field(
         default=None, description="site copies go here (default: $TMPDIR)"
     )
+    sites: dict[Annotated[str, StringConstraints(pattern=SITE_NAME)], WebSite] = Field(
+        default_factory=webarena_sites,
+        description="the user's sites by name, filling what env.sites leaves out "
+        "(--site, --site-reset; default: BrowserGym's WA_* variables)",
+    )
+    site_probe_timeout: float = Field(
+        default=30.0, gt=0, description="seconds a user site has to answer before the first step"
+    )
+    site_reset_timeout: float = Field(
+        default=600.0, gt=0, description="seconds a user site's reset command may run"
+    )
+
+
+def chromium_flags(hosts: tuple[str, ...] = ()) -> list[str]:
+    """:data:`CHROMIUM_FLAGS`, with the user sites' *hosts* resolved and reached directly."""
+    if not hosts:
+        return list(CHROMIUM_FLAGS)
+    excluded = "".join(f", EXCLUDE {host}" for host in hosts)
+    flags = [
+        f"{flag}{excluded}" if flag.startswith("--host-resolver-rules=") else flag
+        for flag in CHROMIUM_FLAGS
+    ]
+    return [*flags, f"--proxy-bypass-list={';'.join(hosts)}"]
 
 
 class _Worker:
@@ -158,10 +200,11 @@ def _home_env(home: Path) -> dict[str, str]:
 class _Browser:
     """Playwright, Chromium and the current context; touched only on the worker thread."""
 
-    def __init__(self, config: BrowserConfig, token: str) -> None:
+    def __init__(self, config: BrowserConfig, token: str, hosts: tuple[str, ...] = ()) -> None:
         from playwright.sync_api import sync_playwright
 
         self.config = config
+        self.hosts = hosts
         self.home = _home_folder(config.temp_root)
         try:
             self.playwright: Playwright = sync_playwright().start()
@@ -172,7 +215,11 @@ class _Browser:
             self.browser = self.playwright.chromium.launch(
                 executable_path=config.executable,
                 headless=True,
-                args=[*CHROMIUM_FLAGS, f"{OWNER_FLAG}={os.getpid()}", f"{_TOKEN_FLAG}={token}"],
+                args=[
+                    *chromium_flags(hosts),
+                    f"{OWNER_FLAG}={os.getpid()}",
+                    f"{_TOKEN_FLAG}={token}",
+                ],
                 env={"TZ": config.timezone, "LANG": "C.UTF-8", **_home_env(self.home)},
             )
         except BaseException:
@@ -184,13 +231,16 @@ class _Browser:
         self.active = 0
         self.inflight: dict[Page, set[Any]] = {}
         self.messages: list[str] = []
+        self.routes: list[tuple[str, str]] = []
         self.origin = ""
 
-    def open_context(self, origin: str) -> None:
-        """A fresh context (cookies, storage, tabs) with one blank tab."""
+    def open_context(self, routes: list[tuple[str, str]]) -> None:
+        """A fresh context (cookies, storage, tabs) with one blank tab, reaching only the live
+        base URLs of *routes* (``(live, shown)``: observations show *shown* for *live*)."""
         self.close_context()
         config = self.config
-        self.origin = origin
+        self.routes = sorted(routes, key=lambda route: -len(route[0]))
+        self.origin = origin_of(routes[0][0]) if routes else ""
         self.messages = []
         self.context = self.browser.new_context(
             viewport={"width": config.viewport_width, "height": config.viewport_height},
@@ -212,16 +262,20 @@ class _Browser:
         self.context.on("page", self._adopt)
         self.context.new_page()
 
+    def allowed(self, url: str) -> bool:
+        """Whether *url* is on one of the trajectory's sites."""
+        return any(same_site(url, live) for live, _ in self.routes)
+
     def _guard(self, route: Any) -> None:
-        """Let requests to the site through; abort every other (host loopback services too)."""
-        if same_site(route.request.url, self.origin):
+        """Let requests to the sites through; abort every other (host loopback services too)."""
+        if self.allowed(route.request.url):
             route.fallback()
         else:
             route.abort("blockedbyclient")
 
     def _guard_socket(self, socket: Any) -> None:
-        """WebSockets: connect only to the site."""
-        if same_site(socket.url.replace("ws", "http", 1), self.origin):
+        """WebSockets: connect only to the sites."""
+        if self.allowed(socket.url.replace("ws", "http", 1)):
             socket.connect_to_server()
         else:
             socket.close(code=1008, reason="blocked: not the trajectory's site")
@@ -264,18 +318,22 @@ class _Browser:
 
     # -- URLs ----------------------------------------------------------------
 
-    def public(self, url: str) -> str:
-        """*url* with the live site origin replaced by :data:`SITE_ORIGIN`."""
-        return url.replace(self.origin, SITE_ORIGIN) if self.origin else url
+    def public(self, text: str) -> str:
+        """*text* with each site's live base URL replaced by the one shown (recorded)."""
+        for live, shown in self.routes:
+            text = text.replace(live, shown)
+        return text
 
     def live(self, url: str) -> str:
-        """The URL to load for *url* as an agent wrote it (relative, or on :data:`SITE_ORIGIN`)."""
-        if url.startswith(SITE_ORIGIN) and self.origin:
-            url = self.origin + url[len(SITE_ORIGIN) :]
-        elif url.startswith("/") and not url.startswith("//"):
+        """The URL to load for *url* as an agent wrote it (relative, or on a shown base URL)."""
+        for live, shown in sorted(self.routes, key=lambda route: -len(route[1])):
+            if url == shown or url.startswith((f"{shown}/", f"{shown}?", f"{shown}#")):
+                return live + url[len(shown) :]
+        if url.startswith("/") and not url.startswith("//"):
             if not self.origin:
                 raise ActionSyntaxError(f"goto(): relative URL {url!r} but no site is running")
-            url = self.origin + url
+            current = self.page.url
+            url = urljoin(current if self.allowed(current) else self.origin, url)
         if url != "about:blank" and not url.startswith(("http://", "https://")):
             raise ActionSyntaxError("goto(): only http(s) URLs, site paths and about:blank")
         return url
@@ -420,22 +478,33 @@ class BrowserSandbox(Sandbox):
 
     def reset(self, env: EnvSpec) -> Observation:
         """Start *env*'s site afresh and a new browser context on its start page."""
-        self._check_available()
+        if env.project and env.sites:
+            raise UsageError(
+                "env.project and env.sites exclude each other: one bundled site or the user's sites"
+            )
         folder = project_dir(env.project) if env.project else None
+        sites = resolve_sites(env, self.config.sites)
+        self._check_available()
         self._stop_site()
         self._closed.clear()
         track(self)
         self._root = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX, dir=self.config.temp_root))
         (self._root / "owner.pid").write_text(str(os.getpid()))
         start = "about:blank"
+        routes: list[tuple[str, str]] = []
         if folder is not None:
             self._site = SiteProcess(folder, self._root)
             start = load_site(folder).start
-        origin = f"http://127.0.0.1:{self._site.port}" if self._site else ""
+            routes = [(f"http://127.0.0.1:{self._site.port}", SITE_ORIGIN)]
+        elif sites:
+            self._prepare(sites)
+            start = sites[0].recorded + "/"
+            routes = [(site.url, site.recorded) for site in sites]
+        hosts = tuple(sorted({urlsplit(s.url).hostname or "" for s in sites} - set(_LOOPBACK)))
         with self._lock:
             if self._worker is None:
                 self._worker = _Worker()
-        self._call(lambda: self._open(origin), self.config.step_timeout)
+        self._call(lambda: self._open(routes, hosts), self.config.step_timeout)
         for index, entry in enumerate([f"goto({start!r})", *env.setup]):
             observation = self._call(partial(self._act, entry), self.config.step_timeout)
             error = (observation.state or {}).get("last_action_error")
@@ -495,10 +564,24 @@ class BrowserSandbox(Sandbox):
                 "Playwright for Python is missing: pip install 'fidelity[web]'"
             ) from None
 
-    def _open(self, origin: str) -> None:
+    def _prepare(self, sites: list[LiveSite]) -> None:
+        """Reset every user site, then wait until each answers (EnvironmentUnavailableError)."""
+        for site in sites:
+            reset_site(site, self.config.site_reset_timeout)
+        for site in sites:
+            probe_site(site, self.config.site_probe_timeout)
+
+    def _open(self, routes: list[tuple[str, str]], hosts: tuple[str, ...]) -> None:
+        """A fresh context on a Chromium started for *hosts* (restarted when they changed)."""
+        if self._browser is not None and self._browser.hosts != hosts:
+            browser, self._browser = self._browser, None
+            try:
+                browser.shutdown()
+            finally:
+                shutil.rmtree(browser.home, ignore_errors=True)
         if self._browser is None:
-            self._browser = _Browser(self.config, self._token)
-        self._browser.open_context(origin)
+            self._browser = _Browser(self.config, self._token, hosts)
+        self._browser.open_context(routes)
 
     def _act(self, text: str) -> Observation:
         """Parse and run *text*, settle, observe (on the worker thread)."""
@@ -544,19 +627,15 @@ class BrowserSandbox(Sandbox):
 
 
 def same_site(url: str, origin: str) -> bool:
-    """Whether *url* is on the site *origin* (``http://127.0.0.1:<port>``; localhost too)."""
-    if not origin:
+    """Whether *url* has the origin of *origin* (a base URL; localhost and 127.0.0.1 alike)."""
+    want, got = origin_of(origin), origin_of(url)
+    if not want or not got:
         return False
-    want, got = urlsplit(origin), urlsplit(url)
-    try:
-        port = got.port
-    except ValueError:
-        return False
-    return (
-        got.scheme == want.scheme
-        and got.hostname in ("127.0.0.1", "localhost")
-        and port == want.port
-    )
+    return _loopback_as_ip(got) == _loopback_as_ip(want)
+
+
+def _loopback_as_ip(origin: str) -> str:
+    return origin.replace("://localhost:", "://127.0.0.1:", 1)
 
 
 def _first_line(message: str) -> str:

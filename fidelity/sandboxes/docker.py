@@ -71,6 +71,12 @@ _counter = itertools.count(1)
 _image_cache: dict[str, str] = {}
 _image_lock = threading.Lock()
 _BASH = "/bin/bash"
+_ACTIVATE = (
+    "if [ -r /opt/miniconda3/bin/activate ]; then . /opt/miniconda3/bin/activate "
+    "&& conda activate testbed; fi >/dev/null 2>&1; "
+)
+"""An own image with SWE-bench's layout: its shell enters the ``testbed`` conda environment,
+as SWE-bench's eval scripts do (images without ``/opt/miniconda3`` are left as they are)."""
 
 
 class ImageUnsuitableError(UsageError):
@@ -101,6 +107,14 @@ class DockerConfig(ShellLimits):
     )
     settle_interval_s: float = Field(
         default=0.1, gt=0, description="tmux: seconds between captures"
+    )
+    instances: Path | None = Field(
+        default=None, description="SWE-bench-family instance records (env.instance ids)"
+    )
+    swebench_namespace: str | None = Field(
+        default=None,
+        description="namespace of instance images (default: the record's image, else "
+        "swebench; none: local names)",
     )
 
 
@@ -352,7 +366,8 @@ class DockerSandbox(Sandbox):
             )["Id"]
             shell = ShellSession(DockerExecTransport(api, exec_id), self.config.max_output_bytes)
             self._shell, self._exec_id = shell, exec_id
-        step = shell.run(f"cd {quote(self._cwd)} 2>/dev/null || cd {MOUNT}; printf %s $$", 30.0)
+        enter = f"cd {quote(self._cwd)} 2>/dev/null || cd {MOUNT}; printf %s $$"
+        step = shell.run(_ACTIVATE + enter if self._profile is not None else enter, 30.0)
         text = step.output.text()
         if step.done is None:
             raise SandboxError(f"the container shell did not start ({step.why}): {text[-300:]}")

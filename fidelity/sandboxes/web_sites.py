@@ -27,18 +27,24 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any, Literal
+from urllib.error import HTTPError, URLError
+from urllib.parse import urlsplit
+from urllib.request import ProxyHandler, build_opener
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
+from fidelity.model import EnvSpec, WebSite
 from fidelity.resources import data_dir
-from fidelity.sandboxes.images import cache_dir
+from fidelity.sandboxes.images import EnvironmentUnavailableError, cache_dir
 
 OWNER_FLAG = "--fidelity-owner"
 START_TIMEOUT = 30.0
@@ -155,6 +161,149 @@ def _server_environment() -> dict[str, str]:
         "HOME": tempfile.gettempdir(),
         "XDG_CACHE_HOME": cache,
     }
+
+
+# -- the user's own sites ------------------------------------------------------
+
+WEBARENA_VARIABLES = {
+    "shopping": "WA_SHOPPING",
+    "shopping_admin": "WA_SHOPPING_ADMIN",
+    "reddit": "WA_REDDIT",
+    "gitlab": "WA_GITLAB",
+    "wikipedia": "WA_WIKIPEDIA",
+    "map": "WA_MAP",
+    "homepage": "WA_HOMEPAGE",
+}
+"""BrowserGym's WebArena variables, by the site name they give a URL to."""
+
+
+class UnknownSiteError(UsageError):
+    """A trajectory names a web site that has no URL."""
+
+
+@dataclass(frozen=True)
+class LiveSite:
+    """A site of a trajectory, resolved: its live and recorded base URLs and reset command."""
+
+    name: str
+    url: str
+    recorded: str
+    reset: str | None = None
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host:port`` of the live URL (what the browser may reach)."""
+        return origin_of(self.url)
+
+
+def origin_of(url: str) -> str:
+    """The origin of *url* with an explicit port (``http://h`` -> ``http://h:80``); '' if none."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return ""
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        return ""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}:{port}"
+
+
+def webarena_sites(environ: Mapping[str, str] | None = None) -> dict[str, WebSite]:
+    """The sites BrowserGym's ``WA_*`` variables name (unset or empty ones left out)."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, WebSite] = {}
+    for name, variable in WEBARENA_VARIABLES.items():
+        if environ.get(variable, "").strip():
+            try:
+                found[name] = WebSite(url=environ[variable].strip())
+            except ValidationError as exc:
+                message = exc.errors()[0]["msg"]
+                raise UsageError(f"${variable}: {message}") from None
+    return found
+
+
+def resolve_sites(env: EnvSpec, defaults: Mapping[str, WebSite]) -> list[LiveSite]:
+    """The user sites *env* names, each filled from *defaults* where it gives no value.
+
+    :class:`UnknownSiteError` (one line, naming ``env.sites.<name>``) for a site
+    without a URL.
+    """
+    resolved = []
+    for name, site in (env.sites or {}).items():
+        default = defaults.get(name, WebSite())
+        url = site.url or default.url
+        if url is None:
+            variable = WEBARENA_VARIABLES.get(name)
+            hint = f" or ${variable}" if variable else ""
+            raise UnknownSiteError(
+                f"env.sites.{name}: unknown site {name!r}, no URL given "
+                f"(set env.sites.{name}.url, pass --site {name}=URL{hint})"
+            )
+        recorded = site.recorded or default.recorded or url
+        resolved.append(LiveSite(name, url, recorded, site.reset or default.reset))
+    return resolved
+
+
+def reset_site(site: LiveSite, timeout: float) -> None:
+    """Run *site*'s reset command (``/bin/sh -c``, its own session, killed whole on timeout).
+
+    :class:`EnvironmentUnavailableError` when it fails or times out.
+    """
+    if site.reset is None:
+        return
+    env = {**os.environ, "FIDELITY_SITE": site.name, "FIDELITY_SITE_URL": site.url}
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", site.reset],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise EnvironmentUnavailableError(
+            f"site {site.name}: its reset command ran past {timeout:g} s"
+        ) from None
+    if proc.returncode != 0:
+        tail = " | ".join(stderr.decode(errors="replace").strip().splitlines()[-2:])
+        raise EnvironmentUnavailableError(
+            f"site {site.name}: its reset command exited {proc.returncode}"
+            + (f": {tail}" if tail else "")
+        )
+
+
+def probe_site(site: LiveSite, timeout: float) -> None:
+    """Wait until *site* answers HTTP (any status below 500) at its base URL, at most *timeout*
+    seconds; :class:`EnvironmentUnavailableError` naming the site and the failure otherwise.
+
+    Refused connections are retried until then (a site its reset just restarted comes up).
+    """
+    opener = build_opener(ProxyHandler({}))  # the site itself, never the auditor's proxy
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with opener.open(site.url + "/", timeout=max(left, 0.1)):
+                return
+        except HTTPError as exc:
+            if exc.code < 500:
+                return
+            failure = f"HTTP {exc.code}"
+        except (URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            failure = str(reason) or type(reason).__name__
+            if isinstance(reason, ConnectionRefusedError) and left > 0.5:
+                time.sleep(0.5)
+                continue
+        raise EnvironmentUnavailableError(
+            f"site {site.name} ({site.url}) does not answer: {failure}"
+        )
 
 
 # -- inside the server process ------------------------------------------------

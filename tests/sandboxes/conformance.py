@@ -2,19 +2,31 @@
 
 A backend's test module defines a ``sandbox`` fixture yielding a fresh
 (unstarted) sandbox, then star-imports this module (which brings the
-``workdir`` fixture): the same actions must give the same observations on
-every backend.
+``workdir`` and ``env_of`` fixtures): the same actions must give the same
+observations on every backend. A backend whose trajectories name their own
+environment (``env.image``) overrides ``env_of`` so that every spec the suite
+resets to carries it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from fidelity.model import CommandAction, EnvSpec, KeystrokesAction
 from fidelity.sandboxes.base import Sandbox
+
+EnvOf = Callable[..., EnvSpec]
+"""Builds the EnvSpec a conformance test resets to from its fields (``workdir``, ``setup``)."""
+
+
+@pytest.fixture
+def env_of() -> EnvOf:
+    """The backend's EnvSpec for the given fields: a plain :class:`EnvSpec` by default."""
+    return EnvSpec
 
 
 @pytest.fixture
@@ -30,15 +42,15 @@ def run(sandbox: Sandbox, command: str, timeout: float = 60.0):  # type: ignore[
     return sandbox.step(CommandAction(command=command), timeout=timeout)
 
 
-def test_reset_starts_in_workspace(sandbox: Sandbox, workdir: Path) -> None:
-    first = sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_reset_starts_in_workspace(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    first = sandbox.reset(env_of(workdir=str(workdir)))
     assert first.error is None
     assert first.cwd == "/workspace"
     assert run(sandbox, "cat hello.txt").text == "hello world\n"
 
 
-def test_exit_codes_and_stderr(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_exit_codes_and_stderr(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     assert run(sandbox, "true").exit_code == 0
     assert run(sandbox, "exit_with() { return $1; }; exit_with 7").exit_code == 7
     failed = run(sandbox, "ls missing-file")
@@ -47,8 +59,8 @@ def test_exit_codes_and_stderr(sandbox: Sandbox, workdir: Path) -> None:
     assert run(sandbox, "no-such-program").exit_code == 127
 
 
-def test_state_persists_between_steps(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_state_persists_between_steps(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     moved = run(sandbox, "mkdir -p sub/dir && cd sub/dir")
     assert moved.cwd == "/workspace/sub/dir"
     assert run(sandbox, "pwd").text == "/workspace/sub/dir\n"
@@ -56,8 +68,8 @@ def test_state_persists_between_steps(sandbox: Sandbox, workdir: Path) -> None:
     assert run(sandbox, 'echo "$GREETING $((counter + 1))"').text == "hi 42\n"
 
 
-def test_multiline_and_quoting(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_multiline_and_quoting(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     text = run(sandbox, "printf '%s|' \"a b\" 'c'\"'\"'d' $'e\\tf'\necho second line").text
     assert text == "a b|c'd|e\tf|second line\n"
     broken = run(sandbox, "echo 'unterminated")
@@ -65,15 +77,17 @@ def test_multiline_and_quoting(sandbox: Sandbox, workdir: Path) -> None:
     assert run(sandbox, "echo still alive").text == "still alive\n"
 
 
-def test_stdin_reading_command_does_not_hang(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_stdin_reading_command_does_not_hang(
+    sandbox: Sandbox, workdir: Path, env_of: EnvOf
+) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     started = time.monotonic()
     assert run(sandbox, "cat; read line; echo done").text == "done\n"
     assert time.monotonic() - started < 5
 
 
-def test_timeout_kills_and_recovers(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_timeout_kills_and_recovers(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     run(sandbox, "cd /workspace && mkdir -p keep && cd keep")
     started = time.monotonic()
     hung = run(sandbox, "echo before; sleep 100000", timeout=1.0)
@@ -84,17 +98,17 @@ def test_timeout_kills_and_recovers(sandbox: Sandbox, workdir: Path) -> None:
     assert after.text == "/workspace/keep\nok\n"  # files and cwd survive the kill
 
 
-def test_fresh_copy_per_reset(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_fresh_copy_per_reset(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     run(sandbox, "echo scribble > hello.txt && touch new-file")
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+    sandbox.reset(env_of(workdir=str(workdir)))
     assert run(sandbox, "cat hello.txt; ls new-file").text.startswith("hello world\n")
     assert (workdir / "hello.txt").read_text() == "hello world\n"  # the source is never written
     assert not (workdir / "new-file").exists()
 
 
-def test_no_network(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_no_network(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     probe = run(
         sandbox,
         "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\"",
@@ -103,20 +117,20 @@ def test_no_network(sandbox: Sandbox, workdir: Path) -> None:
     assert "unreachable" in probe.text.lower() or "error" in probe.text.lower()
 
 
-def test_setup_runs_before_first_step(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir), setup=["echo from-setup > setup.txt"]))
+def test_setup_runs_before_first_step(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir), setup=["echo from-setup > setup.txt"]))
     assert run(sandbox, "cat setup.txt").text == "from-setup\n"
 
 
-def test_keystrokes(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_keystrokes(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     typed = sandbox.step(KeystrokesAction(keys="echo typed-$((6*7))\n", duration=0.3))
     assert "typed-42" in typed.text
     assert run(sandbox, "echo after").text == "after\n"
 
 
-def test_close_is_idempotent(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_close_is_idempotent(sandbox: Sandbox, workdir: Path, env_of: EnvOf) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     sandbox.close()
     sandbox.close()
 
@@ -124,8 +138,10 @@ def test_close_is_idempotent(sandbox: Sandbox, workdir: Path) -> None:
 # -- infrastructure events belong to the step that caused them ---------------------
 
 
-def test_kill_of_every_process_is_this_steps_event(sandbox: Sandbox, workdir: Path) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+def test_kill_of_every_process_is_this_steps_event(
+    sandbox: Sandbox, workdir: Path, env_of: EnvOf
+) -> None:
+    sandbox.reset(env_of(workdir=str(workdir)))
     killed = run(sandbox, "sleep 300 & kill -9 -1; echo survived")
     assert killed.exit_code == 0 and "survived" in killed.text  # kill(-1) spares the caller
     after = run(sandbox, "echo next")
@@ -134,9 +150,9 @@ def test_kill_of_every_process_is_this_steps_event(sandbox: Sandbox, workdir: Pa
 
 
 def test_writing_into_the_status_channel_is_flagged_not_a_timeout(
-    sandbox: Sandbox, workdir: Path
+    sandbox: Sandbox, workdir: Path, env_of: EnvOf
 ) -> None:
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+    sandbox.reset(env_of(workdir=str(workdir)))
     writable = "ls -l /proc/$$/fd | awk '/^l-wx/ {print $9}'"  # every write end the shell has
     junk = run(sandbox, f"for f in $({writable}); do echo junk > /proc/$$/fd/$f; done; echo done")
     assert not junk.timed_out and junk.exit_code == 0 and "done" in junk.text
@@ -145,12 +161,14 @@ def test_writing_into_the_status_channel_is_flagged_not_a_timeout(
     assert (after.exit_code, after.error, after.text) == (0, None, "next\n")
 
 
-def test_a_left_stdin_reader_is_killed_on_its_own_step(sandbox: Sandbox, workdir: Path) -> None:
+def test_a_left_stdin_reader_is_killed_on_its_own_step(
+    sandbox: Sandbox, workdir: Path, env_of: EnvOf
+) -> None:
     import os
 
     if os.geteuid() != 0:
         pytest.skip("finding the shell's stdin holders reads other processes' /proc (root)")
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+    sandbox.reset(env_of(workdir=str(workdir)))
     # holding it when the step ends: killed then; opening it later: killed when it bites
     thief = run(sandbox, "(sleep 1; cat /proc/$$/fd/0) & (cat <&0 &) ; echo started")
     assert thief.error is None or thief.error.startswith("SandboxTampered"), thief.error
@@ -161,13 +179,13 @@ def test_a_left_stdin_reader_is_killed_on_its_own_step(sandbox: Sandbox, workdir
 
 
 def test_a_program_left_reading_by_keystrokes_does_not_eat_the_next_command(
-    sandbox: Sandbox, workdir: Path
+    sandbox: Sandbox, workdir: Path, env_of: EnvOf
 ) -> None:
     import os
 
     if os.geteuid() != 0:
         pytest.skip("finding the shell's stdin holders reads other processes' /proc (root)")
-    sandbox.reset(EnvSpec(workdir=str(workdir)))
+    sandbox.reset(env_of(workdir=str(workdir)))
     typed = sandbox.step(KeystrokesAction(keys="cat\n", duration=0.2))
     assert typed.error is None
     after = run(sandbox, "echo after")
