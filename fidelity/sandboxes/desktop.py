@@ -16,14 +16,19 @@ it sees only this desktop's X socket and home (no network, no other display,
 ``FAILSAFE`` off as OSWorld sets it). It imports pyautogui once and runs one
 action per JSON line on stdin, each in fresh globals with pyautogui's
 settings, the environment and the working folder put back as they were, and
-answers the action's exit status on stdout; what the action writes on stderr
-comes through its stderr pipe (the last line is the error). A runner that
+answers the action's exit status on stdout once the X server has handled its
+events (XSync); what the action writes on stderr comes through its stderr pipe
+(the last line is the error). pyautogui's ``PAUSE`` (0.1 s) still separates
+an action's calls, but is slept before the next call rather than after each
+one, so the last call's pause does not delay the observation. A runner that
 dies (a crash, ``os._exit``, a timeout: its sandbox is killed) is started
 again for the next action; it dies with the desktop (``close``, the token
 sweep, ``--die-with-parent`` when the audit is SIGKILLed). Then the tree is
-read until two reads are equal (bounded); the observation's text is OSWorld's
-linearised table, its state the XML tree (``tree``), the action's error and
-an optional screenshot path.
+read every ``settle_interval`` until two reads are equal (bounded), and when
+they still equal the tree before the action, until it stayed so for
+``settle_quiet`` (the applications may not have handled the events yet).
+The observation's text is OSWorld's linearised table, its state the XML tree
+(``tree``), the action's error and an optional screenshot path.
 """
 
 from __future__ import annotations
@@ -71,7 +76,39 @@ os.close(null)
 import pyautogui
 
 pyautogui.FAILSAFE = False
+owed = [0.0]  # when the PAUSE after the last pyautogui call ends
+
+
+def pause_later(pause):
+    # pyautogui sleeps PAUSE after every call; here the next call sleeps what is left of it
+    # instead, so calls keep their spacing but the last one's pause does not delay the tree
+    if pause:
+        owed[0] = time.monotonic() + pyautogui.PAUSE
+
+
+def pause_then_check(check=pyautogui.failSafeCheck):
+    left = owed[0] - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+    check()
+
+
+def sync(exit_code):
+    # XSync: the X server has handled every event the action sent before the tree is read
+    # (pyautogui syncs after each event; this covers an action's own use of the connection)
+    display = getattr(getattr(pyautogui, "platformModule", None), "_display", None)
+    try:
+        display.sync()
+    except Exception as exc:  # the action broke the connection: it failed, the runner is done
+        if exit_code == 0:
+            with contextlib.suppress(OSError, ValueError):  # the action closed stderr
+                print(f"XSync after the action failed: {exc!r}", file=sys.stderr, flush=True)
+        os._exit(exit_code or 1)
+
+
+pyautogui._handlePause, pyautogui.failSafeCheck = pause_later, pause_then_check
 settings = {k: v for k, v in vars(pyautogui).items() if k.isupper()}
+settings.update(_handlePause=pause_later, failSafeCheck=pause_then_check)
 environ, home = dict(os.environ), os.getcwd()
 
 
@@ -91,6 +128,7 @@ for line in requests:
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(home)
+    owed[0] = 0.0
     try:
         exec(compile(code, "<action>", "exec"), {"pyautogui": pyautogui, "time": time})
         exit_code = 0
@@ -102,6 +140,7 @@ for line in requests:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # the action closed it
             stream.flush()
+    sync(exit_code)
     answers.write(json.dumps({"exit": exit_code}) + "\n")
     answers.flush()
 """
@@ -163,7 +202,12 @@ class DesktopConfig(SandboxConfigBase):
     step_timeout: float = Field(default=30.0, gt=0, description="seconds per action run")
     start_timeout: float = Field(default=180.0, gt=0, description="seconds to start a desktop")
     dump_timeout: float = Field(default=60.0, gt=0, description="seconds per tree dump")
-    settle_interval: float = Field(default=0.2, ge=0)
+    settle_interval: float = Field(default=0.05, ge=0, description="seconds between tree reads")
+    settle_quiet: float = Field(
+        default=0.5,
+        ge=0,
+        description="a tree still the one before the action is settled only after this long",
+    )
     settle_timeout: float = Field(default=10.0, ge=0, description="settle gives up after this")
     wait_seconds: float = Field(default=2.0, ge=0, description="what WAIT sleeps (OSWorld: 2)")
     screenshot_dir: str | None = Field(default=None, description="save a PNG per observation")
@@ -395,6 +439,7 @@ class DesktopSandbox(Sandbox):
         self._closed = threading.Event()
         self._runner: _ActionRunner | None = None
         self._shots = 0
+        self._shown: str | None = None  # the last observation's tree, as the session sent it
         self.last_timing = StepTiming()
 
     # -- Sandbox -------------------------------------------------------------
@@ -433,7 +478,8 @@ class DesktopSandbox(Sandbox):
             budget = timeout if timeout is not None else self.config.step_timeout
             exit_code, error, timed_out = self._run_code(action.code, budget)
         acted = time.monotonic() - started
-        observation = self._observe(exit_code, error, timed_out=timed_out)
+        before = self._shown if exit_code is not None else None
+        observation = self._observe(exit_code, error, timed_out=timed_out, before=before)
         self.last_timing = self.last_timing.model_copy(update={"action": acted})
         return observation
 
@@ -514,6 +560,7 @@ class DesktopSandbox(Sandbox):
         self._runner = _ActionRunner(self.action_argv(["-c", _ACTION_SERVER]))
 
     def _stop(self) -> None:
+        self._shown = None
         runner, self._runner = self._runner, None
         if runner is not None:
             runner.kill()
@@ -567,8 +614,13 @@ class DesktopSandbox(Sandbox):
                 raise SandboxError("the desktop sandbox was closed")
             return str(leader.ask({"op": "tree"}, self.config.dump_timeout)["xml"])
 
-    def _settled_tree(self) -> tuple[str, StepTiming]:
-        """Read the tree until two reads are equal or ``settle_timeout`` passes."""
+    def _settled_tree(self, before: str | None = None) -> tuple[str, StepTiming]:
+        """Read the tree until two reads are equal or ``settle_timeout`` passes.
+
+        Two equal reads that are still *before* (the tree the action started on)
+        may only mean the applications have not handled the events yet: that is
+        settled once the tree stayed so for ``settle_quiet`` seconds.
+        """
         config = self.config
         started = time.monotonic()
         deadline = started + config.settle_timeout
@@ -580,17 +632,25 @@ class DesktopSandbox(Sandbox):
             last_started = time.monotonic()
             previous, current = current, self._dump()
             reads += 1
-            if current == previous:
+            if current == previous and (
+                current != before or last_started - started >= config.settle_quiet
+            ):
                 break
         ended = time.monotonic()
         timing = StepTiming(settle=last_started - started, dump=ended - last_started, reads=reads)
         return current, timing
 
     def _observe(
-        self, exit_code: int | None, error: str | None, *, timed_out: bool = False
+        self,
+        exit_code: int | None,
+        error: str | None,
+        *,
+        timed_out: bool = False,
+        before: str | None = None,
     ) -> Observation:
-        xml, timing = self._settled_tree()
+        xml, timing = self._settled_tree(before)
         self.last_timing = timing
+        self._shown = xml
         if self._root is not None:
             xml = xml.replace(str(self._root / "home"), SHOWN_HOME)
         root = parse_xml(xml)

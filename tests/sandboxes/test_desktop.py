@@ -229,12 +229,14 @@ def test_one_runner_runs_the_actions_each_as_if_in_a_fresh_interpreter(
     first = started(sandbox)
     meddling = (
         "import os, sys; pyautogui.PAUSE = 5; pyautogui.FAILSAFE = True; os.chdir('/');"
+        " pyautogui._handlePause = pyautogui.failSafeCheck = None;"
         " os.environ['LEFT'] = '1'; print('{\"exit\": 0}' * 20000); sys.stdin.read()"
     )
     assert code(sandbox, meddling).exit_code == 0  # printing and reading stdin: /dev/null
     clean = (
         "import os; assert (pyautogui.PAUSE, pyautogui.FAILSAFE) == (0.1, False);"
-        " assert os.getcwd() == os.environ['HOME'] and 'LEFT' not in os.environ"
+        " assert os.getcwd() == os.environ['HOME'] and 'LEFT' not in os.environ;"
+        " pyautogui.press('shift')"  # the runner's pause and check are back
     )
     assert code(sandbox, clean).exit_code == 0
     chatty = code(
@@ -246,6 +248,47 @@ def test_one_runner_runs_the_actions_each_as_if_in_a_fresh_interpreter(
     assert (died.exit_code, died.timed_out) == (4, False)
     assert started(sandbox) != first  # a new runner
     assert len([p for p in pids_with_token(sandbox.token) if _is_runner(p)]) == 1
+
+
+def test_a_runner_whose_display_connection_broke_fails_the_action_and_is_replaced(
+    sandbox: DesktopSandbox,
+) -> None:
+    sandbox.reset(TERMINAL)
+    first = started(sandbox)
+    broke = code(sandbox, "pyautogui.platformModule._display.close()")
+    assert broke.exit_code == 1 and broke.state is not None
+    assert broke.state["last_action_error"].startswith("XSync after the action failed")
+    assert code(sandbox, "pyautogui.position()").exit_code == 0
+    assert started(sandbox) != first
+
+
+def test_the_trailing_pause_is_not_slept_but_calls_keep_their_spacing(
+    sandbox: DesktopSandbox,
+) -> None:
+    """pyautogui's PAUSE: owed before the next call, not slept after the action's last one."""
+    sandbox.reset(TERMINAL)
+    probe = (
+        "import pyautogui as p; p.PAUSE = 3600; p.press('shift');"
+        " owed = p._handlePause.__globals__['owed'][0] - time.monotonic();"
+        " assert 3000 < owed <= 3600, owed"
+    )
+    assert code(sandbox, probe).exit_code == 0  # it returned with the hour still owed
+    spaced = (
+        "import pyautogui as p; p.PAUSE = 0.2; p.press('shift'); begun = time.monotonic();"
+        " p.press('shift'); assert time.monotonic() - begun >= 0.2"
+    )
+    assert code(sandbox, spaced).exit_code == 0
+
+
+def test_a_change_that_comes_after_the_action_is_awaited(desktop: None) -> None:
+    """Two equal reads of the tree the action started on do not settle it: the apps may lag."""
+    box = DesktopSandbox(DesktopConfig(settle_interval=0, settle_quiet=120, settle_timeout=240))
+    try:
+        box.reset(TERMINAL)
+        late = "import threading; threading.Timer(2, pyautogui.typewrite, ['echo late']).start()"
+        assert "echo late" in terminal_text(code(box, late))
+    finally:
+        box.close()
 
 
 def _is_runner(pid: int) -> bool:
