@@ -47,7 +47,7 @@ from rapidfuzz.distance import Indel
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.entities import rank
+from fidelity.compare.entities import MAX_ENTITIES
 from fidelity.compare.structured import listed, overlap, shown
 from fidelity.compare.terminal import TerminalComparator, hard_mismatches
 from fidelity.model import Observation
@@ -181,8 +181,9 @@ class SweComparator:
             update={
                 "drift": base.drift or bool(reasons),
                 "metrics": metrics,
-                "hallucinations": rank([*hallucinated, *base.hallucinations]),
-                "omissions": rank([*omitted, *base.omissions]),
+                # the terminal part's ranking stands (rank's tiers would undo it)
+                "hallucinations": _first([*hallucinated, *base.hallucinations]),
+                "omissions": _first([*omitted, *base.omissions]),
                 "stale": sorted({*base.stale, *stale}),
                 "reasons": [*base.reasons, *reasons],
             }
@@ -196,6 +197,11 @@ class SweComparator:
         findings = [*diff_reasons, *reasons[len(diff_reasons) + len(flips) :]]
         findings += listed("hallucinated", base.hallucinations) + listed("omitted", base.omissions)
         return self.calibration.decide(result, hard, findings)
+
+
+def _first(entities: list[str]) -> list[str]:
+    """*entities* without repeats, in order, capped at :data:`MAX_ENTITIES`."""
+    return list(dict.fromkeys(entities))[:MAX_ENTITIES]
 
 
 Found = tuple[list[str], set[str], set[str]]

@@ -55,7 +55,7 @@ from rapidfuzz.process import extractOne
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration import Calibration, features, load_calibration
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.entities import MAX_ENTITIES, extract, extract_among, kind_of, rank
+from fidelity.compare.entities import MAX_ENTITIES, extract, extract_among, kind_of
 from fidelity.compare.normalize import (
     DEFAULT_RULES,
     GIT_ID_RULE,
@@ -139,7 +139,8 @@ class TerminalComparator:
         metrics.update(amount(real_text, sim_text))
         sim_side, real_side = line_entities(real_text, sim_text, command)
         hallucinations, stale = unshown(sim_side, context, self.normalizer)
-        omissions = rank(real_side) if real_side else []
+        hallucinations = with_hex(hallucinations, sim.text)
+        omissions = with_hex(real_side[:MAX_ENTITIES], real.text)
         shown = sorted(stale)
         hard = self._mismatches(score, exit_match, real, sim)
         if self.calibration is None:
@@ -356,7 +357,59 @@ def _candidates(
         {*specific, *tokens},
         key=lambda e: (search_key(e) in other, _generic(e), _position(text, e), e),
     )
-    return tuple(rank([*telling, *whole, *words], 3 * MAX_ENTITIES))
+    first, more = _one_per_line(telling, lines[:LINES_EXAMINED])
+    return tuple(dict.fromkeys([*first, *whole, *more, *words]))[: 3 * MAX_ENTITIES]
+
+
+def with_hex(entities: Sequence[str], raw: str) -> list[str]:
+    """*entities* with the ``<HEX>`` of each ``line:`` given back from the *raw* text.
+
+    A hex id is volatile when a line is otherwise equal; in a line that is invented or
+    dropped anyway it is what the model wrote (a build id, a flag, a blob hash: content,
+    not chance), so it is named as written. The other placeholders stay.
+    """
+    out = list(entities)
+    for i, entity in enumerate(out):
+        if entity.startswith("line:") and "<HEX>" in entity:
+            out[i] = "line:" + _raw_hex(entity[5:], raw)
+    return out
+
+
+def _raw_hex(line: str, raw: str) -> str:
+    """*line* (normalized) with its ``<HEX>`` placeholders filled from where *raw* holds it."""
+    parts = PLACEHOLDER_RE.split(line)
+    holders = PLACEHOLDER_RE.findall(line)
+    pattern = re.escape(parts[0]) + "".join(
+        ("([0-9a-f]+)" if h == "<HEX>" else ".*?") + re.escape(p)
+        for h, p in zip(holders, parts[1:], strict=True)
+    )
+    match = re.search(pattern, raw)
+    if match is None:
+        return line
+    values = iter(match.groups())
+    filled = [parts[0]]
+    for h, p in zip(holders, parts[1:], strict=True):
+        filled += [next(values) if h == "<HEX>" else h, p]
+    return "".join(filled)[:LINE_CHARS]
+
+
+def _one_per_line(ranked: Sequence[str], lines: Sequence[str]) -> tuple[list[str], list[str]]:
+    """*ranked* split into the first entity of each changed line and the others (each in
+    order): the cap then names as many changed lines as it can before a line's second name
+    (the ``line:`` entities, ranked between both, name the rest of a line)."""
+    first: list[str] = []
+    more: list[str] = []
+    used: set[int] = set()
+    for entity in ranked:
+        key = search_key(entity)
+        at = next((i for i, line in enumerate(lines) if key in line), -1)
+        if at in used:
+            more.append(entity)
+        else:
+            if at >= 0:  # a name found in no examined line stands on its own
+                used.add(at)
+            first.append(entity)
+    return first, more
 
 
 _NOT_ALNUM = string.punctuation + string.whitespace
@@ -666,14 +719,20 @@ def unshown(
 ) -> tuple[list[str], set[str]]:
     """``(hallucinations, stale)``: the first :data:`~fidelity.compare.entities.MAX_ENTITIES`
     of the *ranked* candidates the model had not been shown, and those it had (looked up
-    only as far down the ranking as the hallucinations reach)."""
+    only as far down the ranking as the hallucinations reach).
+
+    A ``line:`` is never stale: a line the real output lacks is invented at this step even
+    when an earlier step showed it (an edit's text echoed back, a run's output repeated),
+    as the rubric's labellers name it; the names inside it may be stale.
+    """
     kept: list[str] = []
     stale: set[str] = set()
     at = 0
     while len(kept) < MAX_ENTITIES and at < len(ranked):
         batch = ranked[at : at + MAX_ENTITIES - len(kept)]
         at += len(batch)
-        shown = shown_entities(set(batch), context, normalizer)
+        names = {e for e in batch if not e.startswith("line:")}
+        shown = shown_entities(names, context, normalizer) if names else set()
         stale |= shown
         kept += [e for e in batch if e not in shown]
     return kept, stale

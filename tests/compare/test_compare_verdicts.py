@@ -220,6 +220,37 @@ def test_entities_are_capped_per_step_most_telling_first() -> None:
     assert not any(h.startswith("word:") for h in comparison.hallucinations)
 
 
+def test_the_cap_names_one_thing_per_changed_line_before_a_second() -> None:
+    real = "collecting\n"
+    sim = "".join(
+        f"FAIL: test_case_{i} (suite_{i}.tests.Case{i}) raised KeyError{i}Error\n"
+        for i in range(12)
+    )
+    comparison = get_comparator("terminal").compare(obs(real), obs(sim), context("pytest"))
+    named = comparison.hallucinations
+    assert len(named) == MAX_ENTITIES
+    # each of the first ten lines is named once (by its most telling name), none twice
+    for i in range(MAX_ENTITIES):
+        assert sum(f"_{i} " in h + " " or f"{i}Error" in h for h in named) == 1
+
+
+def test_a_hex_id_in_an_invented_line_is_named_as_written() -> None:
+    real = "release: ELF executable, BuildID[sha1]=675399f73a52ff88383a475ad8ffba9aed65bd71, ok\n"
+    sim = (
+        "release: ELF pie executable, BuildID[sha1]=4c3e1a9f0b7d2e5a86f1c0d93b7e24a5f8d61c02, ok\n"
+    )
+    comparison = get_comparator("terminal").compare(obs(real), obs(sim), context("file release"))
+    assert (
+        "line:release: ELF pie executable, BuildID[sha1]=4c3e1a9f0b7d2e5a86f1c0d93b7e24a5f8d61c02, ok"
+    ) in comparison.hallucinations
+    assert any("675399f73a52ff88383a475ad8ffba9aed65bd71" in o for o in comparison.omissions)
+    # a hex id alone in an otherwise equal line stays volatile: no drift, nothing named
+    same = get_comparator("terminal").compare(
+        obs(real), obs(real.replace("675399f7", "8f9d01aa")), context("file release")
+    )
+    assert not same.drift and same.hallucinations == [] and same.omissions == []
+
+
 def test_a_line_that_is_one_name_is_named_once() -> None:
     comparison = get_comparator("terminal").compare(
         obs("a.py\nb.py\n"), obs("a.py\nb.py\nhelpers_v2.py\n"), context("ls")
