@@ -421,7 +421,11 @@ class SweInstance(Strict):
     ``PASS_TO_PASS`` are lists, or the JSON-encoded strings the HF dataset stores.
     ``image``, ``log_parser``, ``eval_type`` and ``eval_script`` are the columns
     swebench 5.x records add (its ``make_test_spec`` reads them): grading needs them.
+    Other columns are ignored, not refused: the published datasets add optional metadata
+    (Verified's ``difficulty``, columns one split has and another lacks).
     """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     instance_id: str = Field(min_length=1, max_length=300)
     repo: str = Field(min_length=1)

@@ -63,6 +63,13 @@ def test_a_record_in_the_datasets_shape_decodes_its_test_lists() -> None:
         SweInstance.model_validate(_record(FAIL_TO_PASS="[not json"))
 
 
+def test_a_published_records_optional_columns_are_ignored_not_refused() -> None:
+    # SWE-bench Verified carries `difficulty`; a dataset's splits add columns others lack
+    record = SweInstance.model_validate(_record(difficulty="15 min - 1 hour", extra_column=""))
+    assert record.instance_id == ID
+    assert "difficulty" not in record.model_dump()
+
+
 def test_an_instance_is_an_id_or_an_id_with_its_record() -> None:
     assert EnvSpec.model_validate({"instance": ID}).instance == InstanceSpec(instance_id=ID)
     inline = EnvSpec.model_validate({"instance": {"instance_id": ID, "record": _record()}})
