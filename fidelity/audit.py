@@ -8,6 +8,8 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -175,8 +177,8 @@ def run_audit(
     )
     notice = baseline_notice(config.sim)
     run_id = config.run_id or new_run_id()
-    # imported early (a broken install fails before any work), and only for a report:
-    # its templates and charts (jinja2, matplotlib) cost more than a short audit
+    # only for a report: its templates (jinja2) cost more than a short audit; made ready
+    # beside the audit, then used once the summary is known
     report_ready = _report_writer() if config.report else None
     progress = progress or (lambda phase, n: None)
     limit = (
@@ -196,9 +198,8 @@ def run_audit(
     verdict = evaluate(summary, policy) if policy else None
     report = None
     if report_ready is not None:  # config.report is set
-        report = str(
-            report_ready(summary, config.report, verdict.model_dump() if verdict else None)
-        )
+        write = report_ready.result()
+        report = str(write(summary, config.report, verdict.model_dump() if verdict else None))
     return AuditResult(
         run_id=run_id,
         db=str(config.db),
@@ -246,10 +247,37 @@ async def _run(
     """
     if model is not None:
         await model.check()  # an unreachable endpoint fails before anything is written
+    # every backend's leftovers of killed audits (SIGKILL skips every finally), swept on a
+    # thread beside the audit (importing the Docker client and asking its daemon take a
+    # tenth of a second or more): a sweep touches only dead owners' sandboxes, never this run's
+    sweeping = asyncio.ensure_future(asyncio.to_thread(sweep_all))
+    try:
+        result = await _audit_run(
+            config, run_id, suite_path, trajectories, model, description, progress, limit, told
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):  # the audit's own error is the one to show
+            await sweeping
+        raise
+    await sweeping  # a sweep's error (a daemon failing mid-sweep) comes out after all
+    return result
+
+
+async def _audit_run(
+    config: AuditConfig,
+    run_id: str,
+    suite_path: Path,
+    trajectories: list[Trajectory],
+    model: WorldModel | None,
+    description: dict[str, Any],
+    progress: pipeline.ProgressCallback,
+    limit: float,
+    told: _Told,
+) -> tuple[bool, int, list[str], RunSummary]:
+    """:func:`_run` once the sandbox is configured: open the run, audit, summarize."""
     sandbox = sandbox_config(
         config.audited_domain.value, config.sandbox, config.sandbox_options, run_id
     )
-    sweep_all()  # every backend's leftovers of killed audits (SIGKILL skips every finally)
     with Store(config.db) as store:
         resumed = store.start_run(run_id, _run_info(config, suite_path, trajectories, description))
         # what an interrupted attempt's workers finished is kept
@@ -439,9 +467,21 @@ def _run_info(
     }
 
 
-def _report_writer() -> Any:
-    from fidelity.report.html import write_report
+def _report_writer() -> Future[Callable[..., Path]]:
+    """The report writer, imported (with its template compiled) on a thread of its own while
+    the audit runs: its libraries and template cost a few tenths of a second of CPU that the
+    sandboxes' waits leave free. Its error (a broken install) comes out of ``result()``."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="fidelity-report")
+    try:
+        return pool.submit(_prepared_writer)
+    finally:
+        pool.shutdown(wait=False)
 
+
+def _prepared_writer() -> Callable[..., Path]:
+    from fidelity.report.html import prepare, write_report
+
+    prepare()
     return write_report
 
 

@@ -69,9 +69,13 @@ class Side(StrEnum):
 
 
 class Strict(BaseModel):
-    """Base for every interchange model: unknown fields are errors."""
+    """Base for every interchange model: unknown fields are errors.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Validators are built on first use (``defer_build``): a command that validates no
+    trajectory (``fidelity runs``) does not pay for building all of them at import.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class CommandAction(Strict):

@@ -294,7 +294,8 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 """Every schema change since version 1, in order. Add a change as the next entry."""
 
-ACTION: TypeAdapter[Action] = TypeAdapter(Action)
+ACTION: TypeAdapter[Action] = TypeAdapter(Action, config=ConfigDict(defer_build=True))
+"""Validates one stored action; built on first use (reading commands never parse actions)."""
 
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else 1
 
@@ -382,7 +383,7 @@ class ShardReceipt(BaseModel):
     """What a Ray worker hands back instead of its records: which trajectories, where
     (the Parquet shard of :mod:`fidelity.store_shards`, merged by :class:`RecordBuffer`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     folder: Path = Field(description="the complete shard folder")
     trajectory_ids: list[str]
@@ -831,9 +832,11 @@ class Store:
     def _owner_columns(self) -> str:
         """The owner columns, or NULLs in a file written before they existed and opened
         read-only (only a writable open adds them)."""
+        # pragma_table_info reads one table's catalog entry; information_schema.columns
+        # builds a view of every column of every catalog (tens of ms at start-up)
         present = self.connection.execute(
-            "SELECT count(*) FROM information_schema.columns "
-            "WHERE table_name = 'runs' AND column_name IN ('owner_pid', 'owner_host')"
+            "SELECT count(*) FROM pragma_table_info('runs') "
+            "WHERE name IN ('owner_pid', 'owner_host')"
         ).fetchone()
         if present is not None and present[0] == 2:
             return "r.owner_pid, r.owner_host"

@@ -1,24 +1,23 @@
-"""Charts of a run against trajectory depth, rendered by matplotlib to inline SVG text.
+"""Charts of a run against trajectory depth, written directly as inline SVG text.
 
-The SVG is made deterministic (fixed ``svg.hashsalt``, no date metadata, text
-kept as ``<text>`` with ``svg.fonttype='none'``) and trimmed for inlining: no
-XML prologue, no metadata, no global ``<style>``, no unreferenced ids, no fixed
-size (the ``viewBox`` stays, so CSS sizes the chart). Charts show only numbers
-and fixed labels, never text from the run.
+Each chart is a small ``<svg>`` element: a ``viewBox`` and no fixed size (CSS
+sizes it), no XML prologue, metadata or global ``<style>``, labels kept as
+``<text>``, and one clip path whose id is unique to the chart kind (two charts on
+a page share no id). The output depends only on the rows, so it is deterministic.
+Charts show only numbers and fixed labels, never text from the run.
+
+No plotting library is imported: matplotlib cost an audit's report about 0.5 s
+to import and as much again to lay out five small charts (issue 31).
 """
 
 from __future__ import annotations
 
-import io
+import math
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-import matplotlib
-from markupsafe import Markup
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, PercentFormatter
+from markupsafe import Markup, escape
 
 from fidelity.analysis.models import Cell, DepthRow, EntityRow, TrendRow
 
@@ -29,59 +28,28 @@ STEPS_COLOR = "#d0d5dd"
 LIMIT_COLOR = "#667085"
 BEYOND_COLOR = "#ffe8e8"
 
-_FIGSIZE = (6.4, 3.0)
+_EDGE = "#98a2b3"
+_LABEL = "#475467"
+_TICK = "#667085"
+_GRID = "#eaecf0"
+
+_WIDTH = 640.0
+_HEIGHT = 300.0
+_FONT = 12.0  # tick and axis labels, px
+_LEGEND_FONT = 10.5
 _MARKERS_UP_TO = 40  # depths; beyond that lines alone read better
+_DASHED = "5.5 2.75"
+_DOTTED = "1.4 2.3"
 
-_STYLE: dict[str, Any] = {
-    "svg.fonttype": "none",
-    "font.family": "sans-serif",
-    "font.sans-serif": ["DejaVu Sans"],
-    "font.size": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.edgecolor": "#98a2b3",
-    "axes.labelcolor": "#475467",
-    "axes.grid": True,
-    "axes.axisbelow": True,
-    "grid.color": "#eaecf0",
-    "grid.linewidth": 0.8,
-    "xtick.color": "#667085",
-    "ytick.color": "#667085",
-    "legend.frameon": False,
-    "lines.linewidth": 2.0,
-    "lines.markersize": 4.5,
-    "path.simplify": True,
-}
+_PALETTE = ["#e8590c", "#1c7ed6", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599", "#c92a2a"]
 
-_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
+Format = Callable[[float], str]
 
 
-@contextmanager
-def _style(salt: str) -> Iterator[None]:
-    params: Any = {**_STYLE, "svg.hashsalt": f"fidelity-{salt}"}
-    with matplotlib.rc_context(params):
-        yield
-
-
-def _trim(svg: str, label: str) -> Markup:
-    """Make matplotlib's SVG document an inline, resizable ``<svg>`` element."""
-    svg = svg[svg.index("<svg") :]
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
-    svg = re.sub(r"<defs>\s*<style[^>]*>.*?</style>\s*</defs>\s*", "", svg, flags=re.S)
-    root_end = svg.index(">") + 1
-    root = re.sub(r'\s(?:width|height)="[^"]*"', "", svg[:root_end])
-    svg = root + svg[root_end:]
-    referenced = set(re.findall(r'(?:href="#|url\(#)([^")]+)', svg))
-    svg = re.sub(r'\sid="([^"]+)"', lambda m: m.group(0) if m.group(1) in referenced else "", svg)
-    svg = re.sub(r"\n\s+", "\n", svg).strip()
-    attrs = f' class="chart-svg" role="img" aria-label="{label}"'
-    return Markup(svg.replace("<svg", "<svg" + attrs, 1))
-
-
-def _to_svg(fig: Figure, label: str) -> Markup:
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", transparent=True, metadata=_METADATA)
-    return _trim(buffer.getvalue(), label)
+def _number(value: float) -> str:
+    """A coordinate or value in the SVG: two decimals at most, no trailing zeros."""
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text in {"-0", ""} else text
 
 
 def _percent(value: float) -> str:
@@ -89,18 +57,272 @@ def _percent(value: float) -> str:
     return f"{text}%"
 
 
-def _depth_axis(ax: Any, depths: Sequence[int]) -> None:
-    ax.set_xlabel("trajectory depth (step)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
-    ax.set_xlim(min(depths) - 0.5, max(depths) + 0.5)
+def _whole_percent(value: float) -> str:
+    return f"{value * 100:.0f}%"
 
 
-def _shade_beyond_horizon(ax: Any, depths: Sequence[int], horizon: int) -> None:
-    last = max(depths)
-    if horizon >= last:
-        return
+def _plain(value: float) -> str:
+    return f"{value:.10g}"
+
+
+def ticks(low: float, high: float, bins: int, integer: bool = False) -> list[float]:
+    """At most *bins* + 1 round values in [*low*, *high*] (steps of 1, 2, 2.5 or 5 × 10ⁿ;
+    whole steps only with *integer*)."""
+    if not high > low:
+        return [low]
+    raw = (high - low) / bins
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    steps = [m * magnitude for m in (1, 2, 2.5, 5, 10)]
+    if integer:
+        steps = [s for s in steps if s >= 1 and float(s).is_integer()] or [1.0]
+    step = next((s for s in steps if s >= raw - 1e-12), steps[-1])
+    first = math.ceil(low / step - 1e-9)
+    last = math.floor(high / step + 1e-9)
+    return [round(n * step, 10) for n in range(first, last + 1)]
+
+
+@dataclass
+class _Scale:
+    """A linear map from data values to SVG coordinates."""
+
+    low: float
+    high: float
+    start: float  # SVG coordinate of *low*
+    end: float  # SVG coordinate of *high*
+
+    def __call__(self, value: float) -> float:
+        span = self.high - self.low or 1.0
+        return self.start + (value - self.low) / span * (self.end - self.start)
+
+
+@dataclass
+class _Entry:
+    """One legend entry: a line (with its dash) or a filled swatch."""
+
+    label: str
+    color: str
+    kind: str = "line"  # line | box
+    dash: str | None = None
+
+
+@dataclass
+class _Chart:
+    """An SVG chart being drawn: a plot area with axes, its elements, a legend above."""
+
+    name: str
+    label: str
+    left: float = 56.0
+    right: float = 16.0
+    bottom: float = 44.0
+    height: float = _HEIGHT
+    legend_columns: int = 4
+    entries: list[_Entry] = field(default_factory=list)
+    back: list[str] = field(default_factory=list)  # grid, shading: under the data
+    data: list[str] = field(default_factory=list)  # clipped to the plot area
+    front: list[str] = field(default_factory=list)  # axes, ticks, labels
+
+    @property
+    def clip(self) -> str:
+        return f"fidelity-{self.name}-plot"
+
+    def area(self, rows: int) -> tuple[float, float, float, float]:
+        """The plot area (x0, y0, x1, y1) below a legend of *rows* rows."""
+        top = 10.0 + 16.0 * max(rows, 1)
+        return self.left, top, _WIDTH - self.right, self.height - self.bottom
+
+    def legend_rows(self) -> list[list[_Entry]]:
+        """The entries in rows of at most *legend_columns* that fit the chart's width."""
+        rows: list[list[_Entry]] = []
+        width = 0.0
+        for entry in self.entries:
+            if not rows or len(rows[-1]) == self.legend_columns or width + _span(entry) > _WIDTH:
+                rows.append([])
+                width = 0.0
+            rows[-1].append(entry)
+            width += _span(entry)
+        return rows
+
+    def box(self) -> tuple[float, float, float, float]:
+        return self.area(len(self.legend_rows()))
+
+    def svg(self) -> Markup:
+        """The finished ``<svg>`` element."""
+        x0, y0, x1, y1 = self.box()
+        clip = (
+            f'<defs><clipPath id="{self.clip}"><rect x="{_number(x0)}" y="{_number(y0)}" '
+            f'width="{_number(x1 - x0)}" height="{_number(y1 - y0)}"/></clipPath></defs>'
+        )
+        parts = [
+            f'<svg class="chart-svg" role="img" aria-label="{escape(self.label)}" '
+            f'viewBox="0 0 {_number(_WIDTH)} {_number(self.height)}" '
+            'xmlns="http://www.w3.org/2000/svg" font-family="DejaVu Sans, sans-serif" '
+            f'font-size="{_number(_FONT)}">',
+            clip,
+            *self.back,
+            f'<g clip-path="url(#{self.clip})">',
+            *self.data,
+            "</g>",
+            *self.front,
+            *self._legend(),
+            "</svg>",
+        ]
+        return Markup("\n".join(parts))
+
+    def _legend(self) -> list[str]:
+        """The entries centred above the plot area, *legend_columns* a row."""
+        out: list[str] = []
+        for index, row in enumerate(self.legend_rows()):
+            x = (_WIDTH - sum(_span(entry) for entry in row)) / 2
+            y = 14.0 + 16.0 * index
+            for entry in row:
+                out.append(_swatch(entry, x, y))
+                out.append(
+                    f'<text x="{_number(x + 26)}" y="{_number(y + 3.5)}" fill="{_LABEL}" '
+                    f'font-size="{_number(_LEGEND_FONT)}">{escape(entry.label)}</text>'
+                )
+                x += _span(entry)
+        return out
+
+
+def _span(entry: _Entry) -> float:
+    """The width a legend entry takes: swatch, label (estimated), gap."""
+    return 28.0 + 0.58 * _LEGEND_FONT * len(entry.label) + 14.0
+
+
+def _swatch(entry: _Entry, x: float, y: float) -> str:
+    if entry.kind == "box":
+        return (
+            f'<rect x="{_number(x + 2)}" y="{_number(y - 4)}" width="18" height="8" '
+            f'fill="{entry.color}"/>'
+        )
+    dash = f' stroke-dasharray="{entry.dash}"' if entry.dash else ""
+    return (
+        f'<line x1="{_number(x)}" y1="{_number(y)}" x2="{_number(x + 22)}" y2="{_number(y)}" '
+        f'stroke="{entry.color}" stroke-width="2"{dash}/>'
+    )
+
+
+def _x_axis(
+    chart: _Chart,
+    scale: _Scale,
+    values: Sequence[float],
+    label: str,
+    grid: bool = True,
+    text: Format = _plain,
+) -> None:
+    """Ticks, tick labels, grid lines and the label of the bottom axis."""
+    _, y0, _, y1 = chart.box()
+    for value in values:
+        x = _number(scale(value))
+        if grid:
+            chart.back.append(
+                f'<line x1="{x}" y1="{_number(y0)}" x2="{x}" y2="{_number(y1)}" '
+                f'stroke="{_GRID}" stroke-width="0.8"/>'
+            )
+        chart.front.append(
+            f'<line x1="{x}" y1="{_number(y1)}" x2="{x}" y2="{_number(y1 + 4)}" stroke="{_EDGE}"/>'
+        )
+        chart.front.append(
+            f'<text x="{x}" y="{_number(y1 + 17)}" text-anchor="middle" '
+            f'fill="{_TICK}">{escape(text(value))}</text>'
+        )
+    x0, _, x1, _ = chart.box()
+    chart.front.append(
+        f'<line x1="{_number(x0)}" y1="{_number(y1)}" x2="{_number(x1)}" y2="{_number(y1)}" '
+        f'stroke="{_EDGE}"/>'
+    )
+    chart.front.append(
+        f'<text x="{_number((x0 + x1) / 2)}" y="{_number(y1 + 35)}" text-anchor="middle" '
+        f'fill="{_LABEL}">{escape(label)}</text>'
+    )
+
+
+def _y_axis(
+    chart: _Chart,
+    scale: _Scale,
+    values: Sequence[float],
+    label: str | None = None,
+    text: Format = _plain,
+    side: str = "left",
+    grid: bool = True,
+) -> None:
+    """Ticks, tick labels, grid lines and the (rotated) label of a side axis."""
+    x0, y0, x1, y1 = chart.box()
+    edge, sign, anchor = (x0, -1, "end") if side == "left" else (x1, 1, "start")
+    for value in values:
+        y = _number(scale(value))
+        if grid:
+            chart.back.append(
+                f'<line x1="{_number(x0)}" y1="{y}" x2="{_number(x1)}" y2="{y}" '
+                f'stroke="{_GRID}" stroke-width="0.8"/>'
+            )
+        chart.front.append(
+            f'<line x1="{_number(edge)}" y1="{y}" x2="{_number(edge + 4 * sign)}" y2="{y}" '
+            f'stroke="{_EDGE}"/>'
+        )
+        chart.front.append(
+            f'<text x="{_number(edge + 7 * sign)}" y="{_number(scale(value) + 4)}" '
+            f'text-anchor="{anchor}" fill="{_TICK}">{escape(text(value))}</text>'
+        )
+    chart.front.append(
+        f'<line x1="{_number(edge)}" y1="{_number(y0)}" x2="{_number(edge)}" y2="{_number(y1)}" '
+        f'stroke="{_EDGE}"/>'
+    )
+    if label is not None:
+        x = _number(edge + 44 * sign)
+        middle = _number((y0 + y1) / 2)
+        chart.front.append(
+            f'<text x="{x}" y="{middle}" text-anchor="middle" fill="{_LABEL}" '
+            f'transform="rotate(-90 {x} {middle})">{escape(label)}</text>'
+        )
+
+
+def _line(
+    chart: _Chart,
+    points: Sequence[tuple[float, float]],
+    color: str,
+    markers: bool,
+    dash: str | None = None,
+) -> None:
+    """A polyline through *points* (SVG coordinates), with round markers if asked."""
+    dashing = f' stroke-dasharray="{dash}"' if dash else ""
+    coordinates = " ".join(f"{_number(x)},{_number(y)}" for x, y in points)
+    chart.data.append(
+        f'<polyline points="{coordinates}" fill="none" stroke="{color}" stroke-width="2" '
+        f'stroke-linejoin="round"{dashing}/>'
+    )
+    if markers:
+        chart.data.extend(
+            f'<circle cx="{_number(x)}" cy="{_number(y)}" r="3" fill="{color}"/>' for x, y in points
+        )
+
+
+def _rect(x0: float, y0: float, x1: float, y1: float, color: str, extra: str = "") -> str:
+    return (
+        f'<rect x="{_number(min(x0, x1))}" y="{_number(min(y0, y1))}" '
+        f'width="{_number(abs(x1 - x0))}" height="{_number(abs(y1 - y0))}" fill="{color}"{extra}/>'
+    )
+
+
+def _depth_scale(chart: _Chart, depths: Sequence[int]) -> _Scale:
+    x0, _, x1, _ = chart.box()
+    return _Scale(min(depths) - 0.5, max(depths) + 0.5, x0, x1)
+
+
+def _depth_axis(chart: _Chart, scale: _Scale, grid: bool = True) -> None:
+    values = ticks(scale.low, scale.high, 12, integer=True)
+    _x_axis(chart, scale, values, "trajectory depth (step)", grid=grid)
+
+
+def _value_scale(chart: _Chart, high: float) -> _Scale:
+    _, y0, _, y1 = chart.box()
+    return _Scale(0.0, high, y1, y0)
+
+
+def _shade_beyond_horizon(chart: _Chart, x: _Scale, depths: Sequence[int], horizon: int) -> None:
+    _, y0, _, y1 = chart.box()
     start = max(horizon, min(depths) - 1) + 0.5
-    ax.axvspan(start, last + 0.5, color=BEYOND_COLOR, zorder=0, lw=0, label="beyond trust horizon")
+    chart.back.insert(0, _rect(x(start), y0, x(max(depths) + 0.5), y1, BEYOND_COLOR))
 
 
 def rates_chart(rows: Sequence[DepthRow], horizon: int, limit: float) -> Markup | None:
@@ -111,40 +333,31 @@ def rates_chart(rows: Sequence[DepthRow], horizon: int, limit: float) -> Markup 
     if not rows:
         return None
     depths = [row.depth for row in rows]
-    marker = "o" if len(rows) <= _MARKERS_UP_TO else None
-    with _style("rates"):
-        fig = Figure(figsize=_FIGSIZE)
-        ax = fig.add_subplot()
-        _shade_beyond_horizon(ax, depths, horizon)
-        ax.plot(
-            depths,
-            [r.drift_rate for r in rows],
-            color=DRIFT_COLOR,
-            marker=marker,
-            label="drift rate",
-        )
-        ax.plot(
-            depths,
-            [r.hallucination_rate for r in rows],
-            color=HALLUCINATION_COLOR,
-            marker=marker,
-            linestyle=(0, (4, 2)),
-            label="hallucination rate",
-        )
-        ax.axhline(
-            limit,
-            color=LIMIT_COLOR,
-            linewidth=1,
-            linestyle=":",
-            label=f"horizon limit ({_percent(limit)})",
-        )
-        top = max([limit, *(r.drift_rate for r in rows), *(r.hallucination_rate for r in rows)])
-        ax.set_ylim(0, min(1.0, top * 1.15) or 0.05)
-        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
-        _depth_axis(ax, depths)
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8)
-        fig.tight_layout(pad=0.4)
-        return _to_svg(fig, "Drift and hallucination rate by depth")
+    markers = len(rows) <= _MARKERS_UP_TO
+    chart = _Chart("rates", "Drift and hallucination rate by depth")
+    # the legend's entries first: the plot area sits below the legend's rows
+    chart.entries = [
+        _Entry("drift rate", DRIFT_COLOR),
+        _Entry("hallucination rate", HALLUCINATION_COLOR, dash=_DASHED),
+        _Entry(f"horizon limit ({_percent(limit)})", LIMIT_COLOR, dash=_DOTTED),
+    ]
+    shaded = horizon < max(depths)
+    if shaded:
+        chart.entries.append(_Entry("beyond trust horizon", BEYOND_COLOR, kind="box"))
+    x = _depth_scale(chart, depths)
+    top = max([limit, *(r.drift_rate for r in rows), *(r.hallucination_rate for r in rows)])
+    y = _value_scale(chart, min(1.0, top * 1.15) or 0.05)
+    if shaded:
+        _shade_beyond_horizon(chart, x, depths, horizon)
+    drift = [(x(r.depth), y(r.drift_rate)) for r in rows]
+    hallucination = [(x(r.depth), y(r.hallucination_rate)) for r in rows]
+    _line(chart, drift, DRIFT_COLOR, markers)
+    _line(chart, hallucination, HALLUCINATION_COLOR, markers, dash=_DASHED)
+    x0, _, x1, _ = chart.box()
+    _line(chart, [(x0, y(limit)), (x1, y(limit))], LIMIT_COLOR, False, dash=_DOTTED)
+    _y_axis(chart, y, ticks(0.0, y.high, 6), text=_whole_percent)
+    _depth_axis(chart, x)
+    return chart.svg()
 
 
 def score_chart(rows: Sequence[DepthRow]) -> Markup | None:
@@ -155,45 +368,34 @@ def score_chart(rows: Sequence[DepthRow]) -> Markup | None:
     if not rows:
         return None
     depths = [row.depth for row in rows]
-    marker = "o" if len(rows) <= _MARKERS_UP_TO else None
-    with _style("score"):
-        fig = Figure(figsize=_FIGSIZE)
-        counts = fig.add_subplot()
-        counts.bar(
-            depths, [r.steps for r in rows], color=STEPS_COLOR, width=0.7, label="steps compared"
+    chart = _Chart("score", "Mean score by depth", right=56.0, legend_columns=2)
+    chart.entries = [
+        _Entry("steps compared", STEPS_COLOR, kind="box"),
+        _Entry("mean score", SCORE_COLOR),
+    ]
+    x = _depth_scale(chart, depths)
+    most = max(r.steps for r in rows)
+    count_ticks = ticks(0.0, most * 1.05 or 1.0, 5, integer=True)
+    counts = _value_scale(chart, max(most * 1.05, count_ticks[-1], 1.0))
+    score = _value_scale(chart, 1.02)
+    half = 0.35 * (x(1.0) - x(0.0))
+    for row in rows:
+        chart.data.append(
+            _rect(
+                x(row.depth) - half,
+                counts(0.0),
+                x(row.depth) + half,
+                counts(row.steps),
+                STEPS_COLOR,
+            )
         )
-        counts.grid(False)
-        counts.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
-        ax = counts.twinx()
-        ax.plot(
-            depths,
-            [r.mean_score for r in rows],
-            color=SCORE_COLOR,
-            marker=marker,
-            label="mean score",
-        )
-        ax.set_ylim(0, 1.02)
-        ax.grid(True, axis="y")
-        # Score reads on the left, the sample size on the right.
-        ax.yaxis.tick_left()
-        ax.yaxis.set_label_position("left")
-        ax.set_ylabel("mean score")
-        counts.yaxis.tick_right()
-        counts.yaxis.set_label_position("right")
-        counts.set_ylabel("steps compared")
-        counts.spines["left"].set_visible(False)
-        ax.spines["right"].set_visible(False)
-        ax.spines["top"].set_visible(False)
-        _depth_axis(counts, depths)
-        handles = counts.get_legend_handles_labels()[0] + ax.get_legend_handles_labels()[0]
-        ax.legend(
-            handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8
-        )
-        fig.tight_layout(pad=0.4)
-        return _to_svg(fig, "Mean score by depth")
-
-
-_PALETTE = ["#e8590c", "#1c7ed6", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599", "#c92a2a"]
+    points = [(x(r.depth), score(r.mean_score)) for r in rows]
+    _line(chart, points, SCORE_COLOR, len(rows) <= _MARKERS_UP_TO)
+    # Score reads on the left, the sample size on the right.
+    _y_axis(chart, score, ticks(0.0, 1.0, 6), "mean score")
+    _y_axis(chart, counts, count_ticks, "steps compared", side="right", grid=False)
+    _depth_axis(chart, x, grid=False)
+    return chart.svg()
 
 
 def _safe_label(text: str) -> str:
@@ -212,46 +414,38 @@ def cells_chart(cells: Sequence[Cell]) -> Markup | None:
             series.setdefault((cell.domain, cell.mode), []).append(cell)
     if not series:
         return None
-    with _style("cells"):
-        fig = Figure(figsize=_FIGSIZE)
-        ax = fig.add_subplot()
-        depths: list[int] = []
-        for index, ((domain, mode), rows) in enumerate(sorted(series.items())):
-            rows = sorted(rows, key=lambda c: c.depth or 0)
-            xs = [c.depth or 0 for c in rows]
-            depths += xs
-            color = _PALETTE[index % len(_PALETTE)]
-            ax.fill_between(
-                xs,
-                [c.drift.low for c in rows],
-                [c.drift.high for c in rows],
-                color=color,
-                alpha=0.15,
-                lw=0,
-            )
-            ax.plot(
-                xs,
-                [c.drift.value for c in rows],
-                color=color,
-                label=_safe_label(f"{domain} {mode}"),
-            )
-            few = [c for c in rows if c.too_few]
-            if few and len(rows) <= _MARKERS_UP_TO:
-                ax.scatter(
-                    [c.depth or 0 for c in few],
-                    [c.drift.value for c in few],
-                    facecolors="white",
-                    edgecolors=color,
-                    zorder=3,
-                    s=18,
-                )
-        ax.set_ylim(0, 1.0)
-        ax.set_ylabel("drift rate (95% interval)")
-        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
-        _depth_axis(ax, depths)
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8)
-        fig.tight_layout(pad=0.4)
-        return _to_svg(fig, "Drift rate by depth per domain and mode")
+    ordered = [
+        (_safe_label(f"{domain} {mode}"), sorted(rows, key=lambda c: c.depth or 0))
+        for (domain, mode), rows in sorted(series.items())
+    ]
+    chart = _Chart("cells", "Drift rate by depth per domain and mode", legend_columns=3)
+    colors = [_PALETTE[index % len(_PALETTE)] for index in range(len(ordered))]
+    chart.entries = [
+        _Entry(label, color) for (label, _), color in zip(ordered, colors, strict=True)
+    ]
+    x = _depth_scale(chart, [c.depth or 0 for _, rows in ordered for c in rows])
+    y = _value_scale(chart, 1.0)
+    for (_, rows), color in zip(ordered, colors, strict=True):
+        _cell_series(chart, x, y, rows, color)
+    _y_axis(chart, y, ticks(0.0, 1.0, 6), "drift rate (95% interval)", text=_whole_percent)
+    _depth_axis(chart, x)
+    return chart.svg()
+
+
+def _cell_series(chart: _Chart, x: _Scale, y: _Scale, rows: list[Cell], color: str) -> None:
+    """One domain × mode: its interval band, its line, hollow markers where steps are few."""
+    upper = [(x(c.depth or 0), y(c.drift.high)) for c in rows]
+    lower = [(x(c.depth or 0), y(c.drift.low)) for c in reversed(rows)]
+    band = " ".join(f"{_number(a)},{_number(b)}" for a, b in [*upper, *lower])
+    chart.data.append(f'<polygon points="{band}" fill="{color}" fill-opacity="0.15"/>')
+    _line(chart, [(x(c.depth or 0), y(c.drift.value)) for c in rows], color, False)
+    if len(rows) <= _MARKERS_UP_TO:
+        chart.data.extend(
+            f'<circle cx="{_number(x(c.depth or 0))}" cy="{_number(y(c.drift.value))}" r="3" '
+            f'fill="white" stroke="{color}"/>'
+            for c in rows
+            if c.too_few
+        )
 
 
 def entities_chart(rows: Sequence[EntityRow]) -> Markup | None:
@@ -259,55 +453,58 @@ def entities_chart(rows: Sequence[EntityRow]) -> Markup | None:
     rows = [r for r in rows if r.hallucinations or r.omissions][:12]
     if not rows:
         return None
-    with _style("entities"):
-        fig = Figure(figsize=(_FIGSIZE[0], max(1.6, 0.32 * len(rows) + 0.8)))
-        ax = fig.add_subplot()
-        ys = list(range(len(rows)))[::-1]
-        ax.barh(
-            [y + 0.2 for y in ys],
-            [r.hallucinations for r in rows],
-            0.4,
-            color=HALLUCINATION_COLOR,
-            label="hallucinated",
+    labels = [_safe_label(r.kind) for r in rows]
+    left = 16.0 + 0.6 * _FONT * max(len(label) for label in labels)
+    height = max(160.0, 32.0 * len(rows) + 80.0)
+    chart = _Chart(
+        "entities",
+        "Hallucinated and omitted entities by kind",
+        left=left,
+        height=height,
+        legend_columns=2,
+    )
+    chart.entries = [
+        _Entry("hallucinated", HALLUCINATION_COLOR, kind="box"),
+        _Entry("omitted", STEPS_COLOR, kind="box"),
+    ]
+    x0, y0, x1, y1 = chart.box()
+    most = max(max(r.hallucinations, r.omissions) for r in rows) * 1.05
+    values = ticks(0.0, most, 6, integer=True)
+    x = _Scale(0.0, max(most, 1.0), x0, x1)
+    y = _Scale(-0.6, len(rows) - 0.4, y1, y0)  # the first kind on top
+    for index, (row, label) in enumerate(zip(rows, labels, strict=True)):
+        middle = len(rows) - 1 - index
+        bar = _rect(x(0), y(middle + 0.4), x(row.hallucinations), y(middle), HALLUCINATION_COLOR)
+        chart.data.append(bar)
+        chart.data.append(_rect(x(0), y(middle), x(row.omissions), y(middle - 0.4), STEPS_COLOR))
+        chart.front.append(
+            f'<text x="{_number(x0 - 7)}" y="{_number(y(middle) + 4)}" text-anchor="end" '
+            f'fill="{_TICK}">{escape(label)}</text>'
         )
-        ax.barh(
-            [y - 0.2 for y in ys],
-            [r.omissions for r in rows],
-            0.4,
-            color=STEPS_COLOR,
-            label="omitted",
-        )
-        ax.set_yticks(ys, [_safe_label(r.kind) for r in rows])
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
-        ax.set_xlabel("entities")
-        ax.grid(True, axis="x")
-        ax.grid(False, axis="y")
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8)
-        fig.tight_layout(pad=0.4)
-        return _to_svg(fig, "Hallucinated and omitted entities by kind")
+    chart.front.append(
+        f'<line x1="{_number(x0)}" y1="{_number(y0)}" x2="{_number(x0)}" y2="{_number(y1)}" '
+        f'stroke="{_EDGE}"/>'
+    )
+    _x_axis(chart, x, values, "entities")
+    return chart.svg()
 
 
 def trend_chart(rows: Sequence[TrendRow]) -> Markup | None:
     """Drift and hallucination rate of the last runs of the domain, oldest first."""
     if len(rows) < 2:
         return None
-    xs = list(range(1, len(rows) + 1))
-    with _style("trend"):
-        fig = Figure(figsize=_FIGSIZE)
-        ax = fig.add_subplot()
-        ax.plot(xs, [r.drift_rate for r in rows], color=DRIFT_COLOR, marker="o", label="drift rate")
-        ax.plot(
-            xs,
-            [r.hallucination_rate for r in rows],
-            color=HALLUCINATION_COLOR,
-            marker="o",
-            linestyle=(0, (4, 2)),
-            label="hallucination rate",
-        )
-        ax.set_ylim(0, 1.0)
-        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
-        ax.set_xlabel("run (oldest → this run)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8)
-        fig.tight_layout(pad=0.4)
-        return _to_svg(fig, "Drift and hallucination rate across runs")
+    chart = _Chart("trend", "Drift and hallucination rate across runs", legend_columns=2)
+    chart.entries = [
+        _Entry("drift rate", DRIFT_COLOR),
+        _Entry("hallucination rate", HALLUCINATION_COLOR, dash=_DASHED),
+    ]
+    x0, _, x1, _ = chart.box()
+    x = _Scale(0.75, len(rows) + 0.25, x0, x1)
+    y = _value_scale(chart, 1.0)
+    drift = [(x(n), y(r.drift_rate)) for n, r in enumerate(rows, start=1)]
+    hallucination = [(x(n), y(r.hallucination_rate)) for n, r in enumerate(rows, start=1)]
+    _line(chart, drift, DRIFT_COLOR, True)
+    _line(chart, hallucination, HALLUCINATION_COLOR, True, dash=_DASHED)
+    _y_axis(chart, y, ticks(0.0, 1.0, 6), text=_whole_percent)
+    _x_axis(chart, x, ticks(1.0, float(len(rows)), 12, integer=True), "run (oldest → this run)")
+    return chart.svg()

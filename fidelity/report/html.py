@@ -62,6 +62,11 @@ def _csp(script: str) -> str:
     )
 
 
+def prepare() -> None:
+    """Load and compile the page's template now (an audit does it while its sandboxes run)."""
+    _environment(data_dir("reports")).get_template(TEMPLATE)
+
+
 def render_report(summary: RunSummary, verdict: Mapping[str, Any] | None = None) -> str:
     """The HTML report of *summary* as one self-contained string.
 
