@@ -951,8 +951,10 @@ def sweep_stale(owner: int | None = None) -> int:
     removed = 0
     host = socket.gethostname()
     label = f"{LABEL_OWNER}={owner}" if owner is not None else LABEL_OWNER
-    for container in client.containers.list(all=True, filters={"label": label}):
-        labels = container.labels
+    # sparse: the list's own data, no inspect per container (a container another process is
+    # removing meanwhile would make that inspect fail with 404 and the whole sweep with it)
+    for container in client.containers.list(all=True, sparse=True, filters={"label": label}):
+        labels = container.attrs.get("Labels") or {}
         if labels.get(LABEL_HOST) != host:
             continue
         try:

@@ -190,6 +190,33 @@ def test_sweep_removes_containers_of_dead_owners(terminal_image: str) -> None:
             orphan.remove(force=True)
 
 
+def test_sweep_survives_a_container_removed_while_it_lists(
+    terminal_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # failure injection: every inspect answers 404, as for a container another process is
+    # removing between the list and the inspect; the sweep reads the list alone
+    import docker
+    from docker.models.containers import ContainerCollection
+
+    def gone(self: ContainerCollection, container_id: str) -> None:
+        raise docker.errors.NotFound(f"No such container: {container_id}")
+
+    client = docker_client()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    labels = {LABEL_OWNER: str(dead.pid), LABEL_HOST: os.uname().nodename}
+    orphan = client.containers.create(terminal_image, ["sleep", "infinity"], labels=labels)
+    try:
+        monkeypatch.setattr(ContainerCollection, "get", gone)
+        assert sweep("docker") >= 1
+        monkeypatch.undo()
+        assert orphan.id not in {c.id for c in client.containers.list(all=True)}
+    finally:
+        monkeypatch.undo()
+        if orphan.id in {c.id for c in client.containers.list(all=True)}:
+            orphan.remove(force=True)
+
+
 def test_close_from_another_thread_stops_a_running_step(
     sandbox: DockerSandbox, workdir: Path
 ) -> None:
