@@ -16,7 +16,9 @@ class CompareContext(BaseModel):
     model may be repeating stale state: that is reported as ``stale``).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # built on first use, like the interchange models: the store imports this module and
+    # `fidelity runs` validates no comparison
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     action: Action
     history: list[Step] = Field(default_factory=list)
@@ -27,7 +29,7 @@ class CompareContext(BaseModel):
 class StepComparison(BaseModel):
     """The verdict on one (real, sim) pair of observations."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     score: float = Field(ge=0.0, le=1.0, description="1 = same observation after normalization")
     drift: bool
