@@ -176,7 +176,7 @@ def test_labelled_swe_dataset_gives_the_labelled_table(labelled: Path, tmp_path:
 
     quarantined = {q["id"]: q["meta"] for q in _lines(out / "quarantined.jsonl")}
     wrong = {tid for tid, label in labels.items() if label in ("false_success", "false_failure")}
-    assert set(quarantined) == wrong
+    assert set(quarantined) == wrong, quarantined
     assert all(quarantined[tid]["quarantine_reason"] == "outcome" for tid in wrong)
     assert {a["id"] for a in _lines(out / "admitted.jsonl")} == set(labels) - wrong
 

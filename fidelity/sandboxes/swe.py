@@ -137,8 +137,9 @@ class SweSandbox(DockerSandbox):
             f"git add -A && {{ git diff --cached --quiet || "
             f"{_BASELINE_ENV} git commit -q -m 'fidelity: setup'; }} && git rev-parse HEAD && "
             # An index older than every file makes git compare contents, not stats, so the
-            # agent's own git status/diff see edits that kept a file's size and mtime.
-            "touch -d @0 .git/index"
+            # agent's own git status/diff see edits that kept a file's size and mtime. Not
+            # @0: git reads an index timestamp of 0 as "unknown" and then trusts every stat.
+            "touch -d @1 .git/index"
         )
         if commit.exit_code != 0:
             raise SandboxError(f"committing the setup of {project} failed: {commit.text[-300:]}")

@@ -182,6 +182,22 @@ def test_repo_state_setup_baseline_tests_and_submit(pool: SandboxPool) -> None:
         )
 
 
+def test_git_sees_an_edit_that_kept_size_and_mtime(pool: SandboxPool) -> None:
+    """An edit as fast as the setup commit (same size, same second) is still a change to the
+    agent's own ``git diff``: the baseline index is left racy, so git hashes the contents."""
+    env = EnvSpec(project="webcolors", setup=[f"@{SWE / 'webcolors' / 'bug-clip-integer.sh'}"])
+    with pool.lease(env) as box:
+        # in place (same inode), same size, the old mtime put back; ctime taken out of the stat
+        kept = sh(
+            box,
+            "cp src/webcolors/normalization.py /tmp/o && "
+            "sed 's/value > 256/value > 255/' /tmp/o > src/webcolors/normalization.py && "
+            "touch -r /tmp/o src/webcolors/normalization.py && "
+            "git -c core.trustctime=false diff --stat",
+        )
+        assert kept.text.splitlines()[-1] == " 1 file changed, 1 insertion(+), 1 deletion(-)"
+
+
 def test_pool_reuses_and_resets_to_a_clean_state(pool: SandboxPool) -> None:
     env = EnvSpec(project="webcolors")
     with pool.lease(env) as box:
