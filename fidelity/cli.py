@@ -707,15 +707,23 @@ def simulate(
 
 @app.command("import")
 def import_(
-    fmt: Annotated[str, typer.Argument(help="agentworldbench | swe-agent | mini-swe-agent")],
+    fmt: Annotated[
+        str,
+        typer.Argument(
+            help="agentworldbench | swe-agent | mini-swe-agent | verl | skyrl | openrlhf | slime"
+        ),
+    ],
     sources: Annotated[
         list[Path],
-        typer.Argument(help="AgentWorldBench JSONL files or folders; .traj / .traj.json files."),
+        typer.Argument(
+            help="AgentWorldBench JSONL files or folders; .traj / .traj.json files; "
+            "RL-stack rows (verl/SkyRL Parquet, OpenRLHF/slime JSONL)."
+        ),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="fidelity JSONL to write.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Convert AgentWorldBench samples or (mini-)SWE-agent trajectories to fidelity JSONL."""
+    """Convert AgentWorldBench samples, (mini-)SWE-agent runs or RL-stack rows to fidelity JSONL."""
     from fidelity.formats.convert import import_trajectories
 
     result = import_trajectories(fmt, sources, output)

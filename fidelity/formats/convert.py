@@ -12,7 +12,15 @@ from fidelity.errors import InputFormatError, UsageError
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.model import Trajectory
 
-IMPORT_FORMATS = ("agentworldbench", "swe-agent", "mini-swe-agent")
+IMPORT_FORMATS = (
+    "agentworldbench",
+    "swe-agent",
+    "mini-swe-agent",
+    "verl",
+    "skyrl",
+    "openrlhf",
+    "slime",
+)
 EXPORT_FORMATS = ("agentworldbench",)
 
 
@@ -43,6 +51,10 @@ def import_trajectories(
         trajectories, duplicates = imported.trajectories, imported.duplicates
     elif fmt in {"swe-agent", "mini-swe-agent"}:
         trajectories = distinct_ids([_read_run(fmt, source) for source in sources])
+    elif fmt in {"verl", "skyrl", "openrlhf", "slime"}:
+        from fidelity.formats.rl_import import read_rl
+
+        trajectories = distinct_ids(read_rl(fmt, sources))
     else:
         raise UsageError(f"unknown import format {fmt!r}; formats: {', '.join(IMPORT_FORMATS)}")
     seen: set[str] = set()

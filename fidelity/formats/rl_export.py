@@ -281,13 +281,18 @@ def _turn(depth: int, step: Step, verdict: StepVerdict) -> dict[str, Any]:
     }
 
 
-def _arrow() -> tuple[Any, Any]:
-    """``(pyarrow, pyarrow.parquet)``, imported on first use (only Parquet needs them)."""
+def arrow(doing: str = "writing") -> tuple[Any, Any]:
+    """``(pyarrow, pyarrow.parquet)``, imported on first use (only Parquet needs them).
+
+    Without pyarrow, a :class:`~fidelity.errors.UsageError` saying how to install it;
+    *doing* (``writing`` or ``reading``) names what needed it.
+    """
     try:
         return importlib.import_module("pyarrow"), importlib.import_module("pyarrow.parquet")
     except ImportError as exc:
         raise UsageError(
-            f"writing Parquet needs pyarrow, which is not installed ({exc}): pip install pyarrow"
+            f"{doing} Parquet needs pyarrow, which is not installed ({exc}): "
+            "pip install 'fidelity[rl]'"
         ) from exc
 
 
@@ -296,7 +301,7 @@ def parquet_schema(fmt: RLFormat, agent_name: bool = False) -> Any:
 
     With *agent_name* (verl), the ``agent_name`` column is added.
     """
-    pa, _ = _arrow()
+    pa, _ = arrow()
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
     truth = pa.struct(
         [("success", pa.bool_()), ("reward", pa.float64()), ("claimed_by", pa.string())]
@@ -370,7 +375,7 @@ class _ParquetSink:
     """Rows into a staged Parquet file, one row group per batch of rows or of text bytes."""
 
     def __init__(self, temp: Path, options: ExportOptions) -> None:
-        self.pa, pq = _arrow()
+        self.pa, pq = arrow()
         self.schema = parquet_schema(options.format, options.agent_name is not None)
         self.writer = pq.ParquetWriter(str(temp), self.schema)
         self.rows: list[dict[str, Any]] = []
@@ -531,7 +536,7 @@ def _join_jsonl(parts: Sequence[Path], temp: Path) -> int:
 
 
 def _join_parquet(fmt: RLFormat, parts: Sequence[Path], temp: Path) -> int:
-    _, pq = _arrow()
+    _, pq = arrow()
     schema = pq.read_schema(str(parts[0])) if parts else parquet_schema(fmt)
     rows = 0
     with pq.ParquetWriter(str(temp), schema) as writer:
