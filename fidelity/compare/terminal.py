@@ -274,19 +274,25 @@ def changed_lines(real: str, sim: str) -> tuple[tuple[str, ...], tuple[str, ...]
             tuple(line for line in sim_lines if line not in real_set),
             tuple(line for line in real_lines if line not in sim_set),
         )
-    # both counted in C (Counter.subtract would loop in Python over every line)
+    # both counted in C (Counter.subtract would loop in Python over every line); a line one
+    # side lacks is taken whole, so only the lines both hold are compared by count
     real_count, sim_count = Counter(real_lines), Counter(sim_lines)
-    added = {line: n - real_count[line] for line, n in sim_count.items() if n > real_count[line]}
-    dropped = {line: n - sim_count[line] for line, n in real_count.items() if n > sim_count[line]}
-    return _take(sim_lines, added), _take(real_lines, dropped)
+    both = real_set & sim_set
+    added = {line: n - r for line in both if (n := sim_count[line]) > (r := real_count[line])}
+    dropped = {line: n - s for line in both if (n := real_count[line]) > (s := sim_count[line])}
+    return _take(sim_lines, real_set, added), _take(real_lines, sim_set, dropped)
 
 
-def _take(lines: Sequence[str], wanted: dict[str, int]) -> tuple[str, ...]:
-    """The first ``wanted[line]`` occurrences of each wanted line of *lines*, in order."""
+def _take(lines: Sequence[str], other: Set[str], wanted: dict[str, int]) -> tuple[str, ...]:
+    """The lines of *lines* that *other* lacks and the first ``wanted[line]`` occurrences of
+    each wanted line, in order."""
+    if not wanted:
+        return tuple(line for line in lines if line not in other)
     out = []
     for line in lines:
-        left = wanted.get(line, 0)
-        if left:
+        if line not in other:
+            out.append(line)
+        elif left := wanted.get(line, 0):
             out.append(line)
             wanted[line] = left - 1
     return tuple(out)
@@ -369,6 +375,8 @@ def with_hex(entities: Sequence[str], raw: str) -> list[str]:
     not chance), so it is named as written. The other placeholders stay.
     """
     out = list(entities)
+    if "<HEX>" not in "\n".join(out):  # the common case: one scan, no loop
+        return out
     for i, entity in enumerate(out):
         if entity.startswith("line:") and "<HEX>" in entity:
             out[i] = "line:" + _raw_hex(entity[5:], raw)
