@@ -8,11 +8,11 @@ import os
 import secrets
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,6 +37,8 @@ from fidelity.store_shards import ShardReceipt
 from fidelity.task import TrajectoryTask
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import needs_real_corpus
+
+_T = TypeVar("_T")
 
 
 class AuditConfig(BaseModel):
@@ -189,10 +191,14 @@ def run_audit(
     told = _Told(len(trajectories))
     try:
         resumed, skipped, failed, summary = asyncio.run(
-            _run(
-                config, run_id, suite_path, trajectories, model, description, progress, limit, told
+            _checked_and_swept(
+                model,
+                lambda: _audit_run(
+                    config, run_id, suite_path, trajectories, model, description, progress, limit,
+                    told,
+                ),
             )
-        )
+        )  # fmt: skip
     except KeyboardInterrupt as exc:
         raise Interrupted(told.text) from exc
     verdict = evaluate(summary, policy) if policy else None
@@ -228,33 +234,18 @@ def build_world_model(
     return sim.world_model.build(corpus), sim.world_model.notice()
 
 
-async def _run(
-    config: AuditConfig,
-    run_id: str,
-    suite_path: Path,
-    trajectories: list[Trajectory],
-    model: WorldModel | None,
-    description: dict[str, Any],
-    progress: pipeline.ProgressCallback,
-    limit: float,
-    told: _Told,
-) -> tuple[bool, int, list[str], RunSummary]:
-    """Check the endpoint, open the run, audit what is pending, summarize.
+async def _checked_and_swept(model: WorldModel | None, work: Callable[[], Awaitable[_T]]) -> _T:
+    """Check the endpoint, then await *work* with the leftover sweep running beside it.
 
-    Returns (resumed, skipped trajectories, failed trajectory ids, summary). On an
-    interrupt (or any failure) the run is marked ``interrupted`` and *told* says what
-    the database holds.
+    Every backend's leftovers of killed audits (SIGKILL skips every finally) are swept on
+    a thread (importing the Docker client and asking its daemon take a tenth of a second or
+    more); a sweep touches only dead owners' sandboxes, never this run's.
     """
     if model is not None:
         await model.check()  # an unreachable endpoint fails before anything is written
-    # every backend's leftovers of killed audits (SIGKILL skips every finally), swept on a
-    # thread beside the audit (importing the Docker client and asking its daemon take a
-    # tenth of a second or more): a sweep touches only dead owners' sandboxes, never this run's
     sweeping = asyncio.ensure_future(asyncio.to_thread(sweep_all))
     try:
-        result = await _audit_run(
-            config, run_id, suite_path, trajectories, model, description, progress, limit, told
-        )
+        result = await work()
     except BaseException:
         with contextlib.suppress(Exception):  # the audit's own error is the one to show
             await sweeping
@@ -274,7 +265,12 @@ async def _audit_run(
     limit: float,
     told: _Told,
 ) -> tuple[bool, int, list[str], RunSummary]:
-    """:func:`_run` once the sandbox is configured: open the run, audit, summarize."""
+    """Open the run, audit what is pending, summarize.
+
+    Returns (resumed, skipped trajectories, failed trajectory ids, summary). On an
+    interrupt (or any failure) the run is marked ``interrupted`` and *told* says what
+    the database holds.
+    """
     sandbox = sandbox_config(
         config.audited_domain.value, config.sandbox, config.sandbox_options, run_id
     )
