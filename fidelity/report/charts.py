@@ -32,6 +32,7 @@ _EDGE = "#98a2b3"
 _LABEL = "#475467"
 _TICK = "#667085"
 _GRID = "#eaecf0"
+_GRID_WIDTH = ' stroke-width="0.8"'
 
 _WIDTH = 640.0
 _HEIGHT = 300.0
@@ -196,9 +197,14 @@ def _swatch(entry: _Entry, x: float, y: float) -> str:
             f'fill="{entry.color}"/>'
         )
     dash = f' stroke-dasharray="{entry.dash}"' if entry.dash else ""
+    return _segment(x, y, x + 22, y, entry.color, f' stroke-width="2"{dash}')
+
+
+def _segment(x1: float, y1: float, x2: float, y2: float, color: str, extra: str = "") -> str:
+    """An SVG line from (x1, y1) to (x2, y2)."""
     return (
-        f'<line x1="{_number(x)}" y1="{_number(y)}" x2="{_number(x + 22)}" y2="{_number(y)}" '
-        f'stroke="{entry.color}" stroke-width="2"{dash}/>'
+        f'<line x1="{_number(x1)}" y1="{_number(y1)}" x2="{_number(x2)}" y2="{_number(y2)}" '
+        f'stroke="{color}"{extra}/>'
     )
 
 
@@ -211,26 +217,17 @@ def _x_axis(
     text: Format = _plain,
 ) -> None:
     """Ticks, tick labels, grid lines and the label of the bottom axis."""
-    _, y0, _, y1 = chart.box()
+    x0, y0, x1, y1 = chart.box()
     for value in values:
-        x = _number(scale(value))
+        x = scale(value)
         if grid:
-            chart.back.append(
-                f'<line x1="{x}" y1="{_number(y0)}" x2="{x}" y2="{_number(y1)}" '
-                f'stroke="{_GRID}" stroke-width="0.8"/>'
-            )
+            chart.back.append(_segment(x, y0, x, y1, _GRID, _GRID_WIDTH))
+        chart.front.append(_segment(x, y1, x, y1 + 4, _EDGE))
         chart.front.append(
-            f'<line x1="{x}" y1="{_number(y1)}" x2="{x}" y2="{_number(y1 + 4)}" stroke="{_EDGE}"/>'
-        )
-        chart.front.append(
-            f'<text x="{x}" y="{_number(y1 + 17)}" text-anchor="middle" '
+            f'<text x="{_number(x)}" y="{_number(y1 + 17)}" text-anchor="middle" '
             f'fill="{_TICK}">{escape(text(value))}</text>'
         )
-    x0, _, x1, _ = chart.box()
-    chart.front.append(
-        f'<line x1="{_number(x0)}" y1="{_number(y1)}" x2="{_number(x1)}" y2="{_number(y1)}" '
-        f'stroke="{_EDGE}"/>'
-    )
+    chart.front.append(_segment(x0, y1, x1, y1, _EDGE))
     chart.front.append(
         f'<text x="{_number((x0 + x1) / 2)}" y="{_number(y1 + 35)}" text-anchor="middle" '
         f'fill="{_LABEL}">{escape(label)}</text>'
@@ -250,24 +247,15 @@ def _y_axis(
     x0, y0, x1, y1 = chart.box()
     edge, sign, anchor = (x0, -1, "end") if side == "left" else (x1, 1, "start")
     for value in values:
-        y = _number(scale(value))
+        y = scale(value)
         if grid:
-            chart.back.append(
-                f'<line x1="{_number(x0)}" y1="{y}" x2="{_number(x1)}" y2="{y}" '
-                f'stroke="{_GRID}" stroke-width="0.8"/>'
-            )
+            chart.back.append(_segment(x0, y, x1, y, _GRID, _GRID_WIDTH))
+        chart.front.append(_segment(edge, y, edge + 4 * sign, y, _EDGE))
         chart.front.append(
-            f'<line x1="{_number(edge)}" y1="{y}" x2="{_number(edge + 4 * sign)}" y2="{y}" '
-            f'stroke="{_EDGE}"/>'
-        )
-        chart.front.append(
-            f'<text x="{_number(edge + 7 * sign)}" y="{_number(scale(value) + 4)}" '
+            f'<text x="{_number(edge + 7 * sign)}" y="{_number(y + 4)}" '
             f'text-anchor="{anchor}" fill="{_TICK}">{escape(text(value))}</text>'
         )
-    chart.front.append(
-        f'<line x1="{_number(edge)}" y1="{_number(y0)}" x2="{_number(edge)}" y2="{_number(y1)}" '
-        f'stroke="{_EDGE}"/>'
-    )
+    chart.front.append(_segment(edge, y0, edge, y1, _EDGE))
     if label is not None:
         x = _number(edge + 44 * sign)
         middle = _number((y0 + y1) / 2)
@@ -481,10 +469,7 @@ def entities_chart(rows: Sequence[EntityRow]) -> Markup | None:
             f'<text x="{_number(x0 - 7)}" y="{_number(y(middle) + 4)}" text-anchor="end" '
             f'fill="{_TICK}">{escape(label)}</text>'
         )
-    chart.front.append(
-        f'<line x1="{_number(x0)}" y1="{_number(y0)}" x2="{_number(x0)}" y2="{_number(y1)}" '
-        f'stroke="{_EDGE}"/>'
-    )
+    chart.front.append(_segment(x0, y0, x0, y1, _EDGE))
     _x_axis(chart, x, values, "entities")
     return chart.svg()
 
