@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -74,6 +75,33 @@ def docker() -> None:
         docker_client().close()
     except SandboxUnavailableError as exc:
         unavailable(f"{exc} (scripts/bootstrap.sh tests starts dockerd)")
+
+
+def owned_containers(every_owner: bool = False) -> list[str]:
+    """Ids of the containers fidelity's Docker backends labelled as this process's (or, with
+    *every_owner*, as any process's)."""
+    from fidelity.sandboxes.docker import LABEL_OWNER
+
+    label = LABEL_OWNER if every_owner else f"{LABEL_OWNER}={os.getpid()}"
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()
+
+
+@contextlib.contextmanager
+def no_new_containers(every_owner: bool = False) -> Iterator[None]:
+    """Asserts that no owned container started inside the block is left after it (the shared
+    sandbox pools, which keep containers on purpose, are closed first)."""
+    from fidelity.sandboxes.pool import close_pools
+
+    before = set(owned_containers(every_owner))
+    yield
+    close_pools()
+    assert set(owned_containers(every_owner)) <= before
 
 
 @pytest.fixture

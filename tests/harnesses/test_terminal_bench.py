@@ -4,7 +4,6 @@ task's own tests as the real outcome, the labelled dataset gated on it, bad inpu
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,9 +23,10 @@ from fidelity.harnesses.terminal_bench import parse_pytest
 from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
 from fidelity.pipeline import load_suite, replay_or_fail, unverifiable_reason
 from fidelity.resources import data_dir
-from fidelity.sandboxes.docker import LABEL_OWNER, DockerConfig
+from fidelity.sandboxes.docker import DockerConfig
 from fidelity.sandboxes.pool import close_pools
 from fidelity.store import Store
+from tests.conftest import no_new_containers
 
 TASKS = data_dir("sandboxes") / "terminal" / "tasks"
 SUITE = TASKS / "suite.jsonl"
@@ -109,22 +109,10 @@ def test_a_malformed_task_yaml_is_one_line_naming_the_file_and_field(tmp_path: P
 # -- real containers -----------------------------------------------------------------
 
 
-def _containers() -> set[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL_OWNER}={os.getpid()}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return set(out.split())
-
-
 @pytest.fixture
 def no_leftovers(docker: None) -> Iterator[None]:
-    before = _containers()
-    yield
-    close_pools()
-    assert _containers() <= before
+    with no_new_containers():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from fidelity.model import CommandAction, EnvSpec
 from fidelity.sandboxes import get_sandbox, sweep
 from fidelity.sandboxes.docker import LABEL_HOST, LABEL_OWNER, DockerConfig, DockerSandbox
 from fidelity.sandboxes.images import docker_client, ensure_image
+from tests.conftest import owned_containers
 from tests.sandboxes.conformance import *  # noqa: F403 - the shared conformance suite
 from tests.sandboxes.conformance import run
 
@@ -34,16 +35,6 @@ def sandbox(terminal_image: str) -> Iterator[DockerSandbox]:
         yield box
     finally:
         box.close()
-
-
-def containers_of_this_process() -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL_OWNER}={os.getpid()}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()
 
 
 def test_fork_bomb_is_contained_and_recorded(sandbox: DockerSandbox, workdir: Path) -> None:
@@ -128,7 +119,7 @@ def test_container_removed_from_outside_is_a_sandbox_error(
     sandbox: DockerSandbox, workdir: Path
 ) -> None:
     sandbox.reset(EnvSpec(workdir=str(workdir)))
-    (container,) = containers_of_this_process()
+    (container,) = owned_containers()
     subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=True)
     try:
         observation = run(sandbox, "echo hi")
@@ -137,14 +128,14 @@ def test_container_removed_from_outside_is_a_sandbox_error(
     else:
         assert observation.error is not None
     sandbox.close()
-    assert containers_of_this_process() == []
+    assert owned_containers() == []
 
 
 def test_nothing_outlives_close(sandbox: DockerSandbox, workdir: Path) -> None:
     sandbox.reset(EnvSpec(workdir=str(workdir)))
-    assert len(containers_of_this_process()) == 1
+    assert len(owned_containers()) == 1
     sandbox.close()
-    assert containers_of_this_process() == []
+    assert owned_containers() == []
 
 
 def test_failing_setup_names_the_command(sandbox: DockerSandbox, workdir: Path) -> None:
@@ -230,7 +221,7 @@ def test_close_from_another_thread_stops_a_running_step(
         run(sandbox, "sleep 60", timeout=30)
     timer.join()
     assert time.monotonic() - started < 10
-    assert containers_of_this_process() == []
+    assert owned_containers() == []
 
 
 def test_no_daemon_is_unavailable_with_a_fix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -286,7 +277,7 @@ def test_warm_pool_gives_started_clean_containers(terminal_image: str, workdir: 
     seen = set()
     try:
         for attempt in range(3):
-            started_before = {c[:12] for c in containers_of_this_process()}
+            started_before = {c[:12] for c in owned_containers()}
             with DockerSandbox(config) as box:
                 box.reset(EnvSpec(workdir=str(workdir)))
                 seen.add(box._container.id)
@@ -305,7 +296,7 @@ def test_warm_pool_gives_started_clean_containers(terminal_image: str, workdir: 
         assert len(seen) == 3  # one container per trajectory: used ones are removed
     finally:
         close_pools()
-    assert containers_of_this_process() == []
+    assert owned_containers() == []
 
 
 def test_many_empty_files_hit_the_inode_bound(terminal_image: str, workdir: Path) -> None:

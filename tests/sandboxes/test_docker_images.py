@@ -13,9 +13,10 @@ from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.model import CommandAction, EnvSpec, Step, ToolAction, Trajectory
 from fidelity.pipeline import replay, replay_or_fail, unverifiable_reason
-from fidelity.sandboxes.docker import LABEL_OWNER, DockerConfig, DockerSandbox, ImageUnsuitableError
+from fidelity.sandboxes.docker import DockerConfig, DockerSandbox, ImageUnsuitableError
 from fidelity.sandboxes.images import ensure_image
-from fidelity.sandboxes.pool import close_pools, new_sandbox
+from fidelity.sandboxes.pool import new_sandbox
+from tests.conftest import no_new_containers
 
 pytestmark = pytest.mark.docker
 
@@ -68,22 +69,10 @@ def images(docker: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     }
 
 
-def _containers() -> set[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL_OWNER}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return set(out.split())
-
-
 @pytest.fixture
 def no_leftovers() -> Iterator[None]:
-    before = _containers()
-    yield
-    close_pools()
-    assert _containers() <= before
+    with no_new_containers(every_owner=True):
+        yield
 
 
 def _run(box: DockerSandbox, command: str) -> str:
