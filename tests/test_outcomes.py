@@ -63,7 +63,8 @@ def _trajectory(tid: str, makes: bool, claimed: bool, check: str) -> Trajectory:
     return Trajectory(
         id=tid,
         domain="terminal",
-        env=EnvSpec(check=OutcomeCheck(command=check, timeout=2)),
+        # only the hanging check waits out its timeout; the others get room on a loaded machine
+        env=EnvSpec(check=OutcomeCheck(command=check, timeout=2 if tid == "hangs" else 120)),
         steps=steps,
         source="sim",
         meta={"model": "toy-wm", "mode": "open-loop"},
