@@ -158,8 +158,17 @@ SwebenchNamespaceOption = Annotated[
     str | None,
     typer.Option(
         "--swebench-namespace",
-        help="Registry namespace of SWE-bench instance images (default: the record's image, "
-        "else swebench, Docker Hub's); none: locally built names.",
+        help="Registry namespace of instance images (default: the record's image, else the "
+        "--instance-images convention's: swebench or xingyaoww, Docker Hub's); none: locally "
+        "built names.",
+    ),
+]
+InstanceImagesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--instance-images",
+        help="How an env.instance id names its image: swebench (default: swebench's "
+        "ImageSpec) or swe-gym (SWE-Gym's xingyaoww/sweb.eval.x86_64.<id, __ as _s_>).",
     ),
 ]
 SerialOption = Annotated[
@@ -506,6 +515,7 @@ def audit(
     site_reset: SiteResetOption = None,
     instances: InstancesOption = None,
     swebench_namespace: SwebenchNamespaceOption = None,
+    instance_images: InstanceImagesOption = None,
 ) -> None:
     """Replay a suite for real and through the world model, compare, store, report."""
     from fidelity.audit import AuditConfig, new_run_id, run_audit
@@ -520,7 +530,7 @@ def audit(
         sandbox_options={
             **_serial_options(serial, sandbox),
             **_site_options(site, site_reset),
-            **_instance_options(instances, swebench_namespace),
+            **_instance_options(instances, swebench_namespace, instance_images),
         },
         step_timeout=timeout,
         allowed_roots=allow_root or [],
@@ -561,10 +571,21 @@ def audit(
     raise typer.Exit(result.verdict.exit_code if result.verdict else 0)
 
 
-def _instance_options(instances: Path | None, namespace: str | None) -> dict[str, Any]:
-    """``--instances`` (read and checked now: a bad record exits 2 before any store opens)
-    and ``--swebench-namespace`` as the docker backend's options."""
+def _instance_options(
+    instances: Path | None, namespace: str | None, convention: str | None
+) -> dict[str, Any]:
+    """``--instances`` (read and checked now: a bad record exits 2 before any store opens),
+    ``--swebench-namespace`` and ``--instance-images`` as the docker backend's options."""
+    from fidelity.harnesses.swebench import IMAGE_CONVENTIONS
+
     options: dict[str, Any] = {}
+    if convention is not None:
+        if convention not in IMAGE_CONVENTIONS:
+            from fidelity.errors import UsageError
+
+            choices = " or ".join(IMAGE_CONVENTIONS)
+            raise UsageError(f"--instance-images {convention!r}: choose {choices}")
+        options["instance_images"] = convention
     if instances is not None:
         from fidelity.harnesses.swebench import load_instances
 
@@ -644,6 +665,7 @@ def replay(
     site_reset: SiteResetOption = None,
     instances: InstancesOption = None,
     swebench_namespace: SwebenchNamespaceOption = None,
+    instance_images: InstanceImagesOption = None,
 ) -> None:
     """Replay actions in real sandboxes only; write trajectories with real observations."""
     from fidelity.batch import replay_suite
@@ -651,7 +673,7 @@ def replay(
     options = {
         **_serial_options(serial, sandbox),
         **_site_options(site, site_reset),
-        **_instance_options(instances, swebench_namespace),
+        **_instance_options(instances, swebench_namespace, instance_images),
     }
     with _progress(as_json) as progress:
         result = replay_suite(
@@ -905,6 +927,7 @@ def gate(
     site_reset: SiteResetOption = None,
     instances: InstancesOption = None,
     swebench_namespace: SwebenchNamespaceOption = None,
+    instance_images: InstanceImagesOption = None,
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -924,8 +947,10 @@ def gate(
             raise UsageError("--image needs a DATASET argument")
         if site or site_reset:
             raise UsageError("--site and --site-reset need a DATASET argument")
-        if instances is not None or swebench_namespace is not None:
-            raise UsageError("--instances and --swebench-namespace need a DATASET argument")
+        if (instances, swebench_namespace, instance_images) != (None, None, None):
+            raise UsageError(
+                "--instances, --swebench-namespace and --instance-images need a DATASET argument"
+            )
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
@@ -954,7 +979,7 @@ def gate(
                     "image": image,
                     "sandbox_options": {
                         **_site_options(site, site_reset),
-                        **_instance_options(instances, swebench_namespace),
+                        **_instance_options(instances, swebench_namespace, instance_images),
                     },
                     **_ray_results(executor, ray_results, ray_results_dir),
                 },

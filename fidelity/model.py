@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 FORMAT_VERSION: Final = 1
 
@@ -425,6 +426,10 @@ class SweInstance(Strict):
     ``PASS_TO_PASS`` are lists, or the JSON-encoded strings the HF dataset stores.
     ``image``, ``log_parser``, ``eval_type`` and ``eval_script`` are the columns
     swebench 5.x records add (its ``make_test_spec`` reads them): grading needs them.
+    A SWE-smith record names its image in ``image_name`` and has no ``version``,
+    ``base_commit``, ``environment_setup_commit`` or ``test_patch`` (the SWE-bench/SWE-smith
+    dataset cards list ``instance_id, patch, FAIL_TO_PASS, PASS_TO_PASS, image_name, repo,
+    problem_statement``): in a record with ``image_name`` those four are null when absent.
     Other columns are ignored, not refused: the published datasets add optional metadata
     (Verified's ``difficulty``, columns one split has and another lacks).
     """
@@ -433,10 +438,10 @@ class SweInstance(Strict):
 
     instance_id: str = Field(min_length=1, max_length=300)
     repo: str = Field(min_length=1)
-    version: str
-    base_commit: str = Field(min_length=1)
-    environment_setup_commit: str
-    test_patch: str
+    version: str | None
+    base_commit: Annotated[str, Field(min_length=1)] | None
+    environment_setup_commit: str | None
+    test_patch: str | None
     FAIL_TO_PASS: list[str]
     PASS_TO_PASS: list[str]
     patch: str | None = None
@@ -445,10 +450,31 @@ class SweInstance(Strict):
     created_at: str | None = None
     split: str | None = None
     image: str | None = Field(default=None, description="swebench 5.x: the image it names")
+    image_name: str | None = Field(default=None, description="SWE-smith: the image it names")
     log_parser: str | None = Field(default=None, description="swebench 5.x: PARSER_REGISTRY key")
     eval_type: str | None = Field(default=None, description="swebench 5.x: pass_and_fail, ...")
     eval_script: str | None = Field(default=None, description="swebench 5.x: the eval.sh")
     image_assets: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _swe_smith_shape(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("image_name") is not None:
+            absent = ("version", "base_commit", "environment_setup_commit", "test_patch")
+            return {**dict.fromkeys(absent), **data}
+        return data
+
+    @field_validator("image_name")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        # a clear message, not the pattern: this name goes to `docker run` as it is
+        if value is not None and (len(value) > 255 or not re.fullmatch(IMAGE_REFERENCE, value)):
+            raise PydanticCustomError(
+                "image_reference",
+                "not a container image reference (name, name:tag, registry/name:tag or "
+                "name@sha256:digest)",
+            )
+        return value
 
     @field_validator("version", mode="before")
     @classmethod

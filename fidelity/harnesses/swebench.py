@@ -4,21 +4,30 @@ A trajectory names an instance in ``env.instance`` (:class:`~fidelity.model.Inst
 its ``instance_id``, with the record inline or found in the instances file of the run
 (``--instances``: JSONL, a JSON list or Parquet, as the HF dataset exports them).
 
-- **Image**: the record's own ``image`` (swebench 5.x records name it) when no namespace is
-  chosen, else the name swebench's :class:`~swebench.image_builder.image_spec.ImageSpec`
-  computes for the instance id under the namespace (``swebench``, Docker Hub's, by default;
-  ``none`` for images built locally, a registry path for a private one). The docker and swe
-  backends run it on their ``env.image`` path (pulled when absent; an image that is neither
-  here nor pullable makes the trajectory unverifiable).
+- **Image**: the record's own image (SWE-smith records name it in ``image_name``, swebench 5.x
+  records in ``image``) when no namespace is chosen, else the name the instance id gets under
+  the chosen convention (``--instance-images``) and namespace (``--swebench-namespace``; ``none``
+  for images built locally, a registry path for a private mirror):
+
+  - ``swebench`` (default): the name swebench's
+    :class:`~swebench.image_builder.image_spec.ImageSpec` computes (namespace ``swebench``,
+    Docker Hub's): ``swebench/sweb.eval.x86_64.<id, "__" written "_1776_">:latest``.
+  - ``swe-gym``: SWE-Gym's published images (namespace ``xingyaoww``):
+    ``xingyaoww/sweb.eval.x86_64.<id, "__" written "_s_">:latest``, lower-cased, as OpenHands
+    names them (``get_instance_docker_image`` in evaluation/benchmarks/swe_bench/run_infer.py,
+    prefix ``docker.io/xingyaoww/``) and SkyRL does for SWE-Gym data (``get_docker_image_name``
+    in skyrl-train/examples/mini_swe_agent/mini_swe_utils.py).
+
+  The docker and swe backends run it on their ``env.image`` path (pulled when absent; an
+  image that is neither here nor pullable makes the trajectory unverifiable).
 - **Grading**: after the last replayed step, swebench's test spec (``make_test_spec``) gives
   the eval script (check out the test files, apply ``test_patch``, run the repo's test
   command); it runs in the replayed container and its log is graded by swebench's
   ``get_eval_report`` (the repository's log parser, ``FAIL_TO_PASS`` and ``PASS_TO_PASS``
   as the harness grades them): resolved is success. An eval script that times out, fails
-  to run or prints no test result the parser can read gives an unverifiable outcome.
-
-SWE-Gym and SWE-smith are not named here: no public image convention of theirs is known to
-fidelity, so their instances run with an explicit ``env.image`` (and ``env.check``).
+  to run or prints no test result the parser can read gives an unverifiable outcome, as does
+  a record without swebench 5.x's ``eval_script``, ``log_parser`` and ``eval_type`` (SWE-Gym's
+  and SWE-smith's records carry none of them).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from pydantic import ValidationError
 
@@ -43,6 +52,14 @@ if TYPE_CHECKING:
 
 DEFAULT_NAMESPACE = "swebench"
 """Docker Hub's namespace of the SWE-bench instance images."""
+
+ImageConvention = Literal["swebench", "swe-gym"]
+"""How an instance id names its image: swebench's ``ImageSpec``, or SWE-Gym's published names."""
+
+IMAGE_CONVENTIONS: Final[tuple[str, ...]] = get_args(ImageConvention)
+
+DEFAULT_NAMESPACES: Final[dict[str, str]] = {"swebench": DEFAULT_NAMESPACE, "swe-gym": "xingyaoww"}
+"""Each convention's Docker Hub namespace (SWE-Gym's: OpenHands' ``docker.io/xingyaoww/``)."""
 
 EVAL_SCRIPT = "/tmp/fidelity-swebench-eval.sh"
 """Where the eval script is written in the container (the harness uses ``/eval.sh``)."""
@@ -120,25 +137,45 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
                 raise InputFormatError(str(path), number, None, f"not JSON ({exc.msg})") from None
 
 
-def image_name(record: SweInstance, namespace: str | None = None) -> str:
-    """The instance's image: the record's own ``image`` when *namespace* is None and it names
-    one, else swebench's name for the instance under *namespace* (None: ``swebench``;
-    ``none``: the local name, without a namespace)."""
-    if namespace is None and record.image:
-        return record.image
+def image_name(
+    record: SweInstance, namespace: str | None = None, convention: ImageConvention = "swebench"
+) -> str:
+    """The instance's image: the record's own (``image_name``, else ``image``) when *namespace*
+    is None and it names one, else the *convention*'s name for the instance id under
+    *namespace* (None: the convention's own; ``none``: the local name, without a namespace)."""
+    own = record.image_name or record.image
+    if namespace is None and own:
+        return own
+    chosen = DEFAULT_NAMESPACES[convention] if namespace is None else namespace
+    bare = chosen.lower() in ("none", "")
+    if convention == "swe-gym":
+        return swe_gym_image(record.instance_id, None if bare else chosen)
     from swebench.image_builder.image_spec import ImageSpec
 
-    chosen = DEFAULT_NAMESPACE if namespace is None else namespace
     spec = ImageSpec(
         instance_id=record.instance_id,
         dockerfile="(built elsewhere)",
-        namespace=None if chosen.lower() in ("none", "") else chosen,
+        namespace=None if bare else chosen,
     )
     return str(spec.name)
 
 
-def resolve(env: EnvSpec, instances: Path | None, namespace: str | None) -> EnvSpec:
-    """*env* with its instance's record and image filled in (an explicit ``env.image`` wins).
+def swe_gym_image(instance_id: str, namespace: str | None) -> str:
+    """SWE-Gym's image of *instance_id*: ``__`` written ``_s_`` (Docker Hub allows no double
+    underscore), tag ``latest``, lower-cased, as OpenHands' ``get_instance_docker_image`` and
+    SkyRL's ``get_docker_image_name`` name SWE-Gym instances."""
+    name = "sweb.eval.x86_64." + instance_id.replace("__", "_s_") + ":latest"
+    return (f"{namespace.rstrip('/')}/{name}" if namespace else name).lower()
+
+
+def resolve(
+    env: EnvSpec,
+    instances: Path | None,
+    namespace: str | None,
+    convention: ImageConvention = "swebench",
+) -> EnvSpec:
+    """*env* with its instance's record and image filled in (an explicit ``env.image`` wins;
+    else :func:`image_name` under *namespace* and *convention*).
 
     An instance without a record (neither inline nor in *instances*) cannot be had:
     :class:`~fidelity.sandboxes.images.EnvironmentUnavailableError` (unverifiable).
@@ -162,7 +199,7 @@ def resolve(env: EnvSpec, instances: Path | None, namespace: str | None) -> EnvS
             )
     update: dict[str, Any] = {"instance": instance.model_copy(update={"record": record})}
     if env.image is None:
-        update["image"] = image_name(record, namespace)
+        update["image"] = image_name(record, namespace, convention)
     return env.model_copy(update=update)
 
 
@@ -174,11 +211,12 @@ def grade(sandbox: Sandbox, instance: InstanceSpec) -> RealOutcome:
     record = instance.record
     if record is None:
         return unverifiable(f"instance {instance.instance_id!r} has no record to grade by")
-    missing = [name for name in GRADING_FIELDS if not getattr(record, name)]
+    missing = [name for name in ("version", *GRADING_FIELDS) if not getattr(record, name)]
     if missing:
         return unverifiable(
             f"the instance record lacks {', '.join(missing)}, which swebench's test spec "
-            "needs (swebench 5.x records carry them)"
+            "needs to grade it (swebench 5.x records carry them; SWE-Gym's and SWE-smith's "
+            "do not)"
         )
     if record.image_assets:
         return unverifiable("the record's image_assets (binary test files) are not staged")
@@ -247,9 +285,11 @@ def _graded(spec: Any, log: str, exit_code: int | None, seconds: float) -> RealO
     )
 
 
-def options(sandbox: SandboxConfigBase) -> tuple[Path | None, str | None]:
-    """The instances file and namespace a backend config carries (``--instances``,
-    ``--swebench-namespace``); (None, None) for a backend without them."""
+def options(sandbox: SandboxConfigBase) -> tuple[Path | None, str | None, ImageConvention]:
+    """The instances file, namespace and image convention a backend config carries
+    (``--instances``, ``--swebench-namespace``, ``--instance-images``); (None, None,
+    ``swebench``) for a backend without them."""
     instances = getattr(sandbox, "instances", None)
     namespace = getattr(sandbox, "swebench_namespace", None)
-    return instances, namespace
+    convention: ImageConvention = getattr(sandbox, "instance_images", "swebench")
+    return instances, namespace, convention

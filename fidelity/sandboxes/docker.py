@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from fidelity.errors import SandboxError, SetupFailedError, UsageError
+from fidelity.harnesses.swebench import ImageConvention
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
@@ -113,8 +114,12 @@ class DockerConfig(ShellLimits):
     )
     swebench_namespace: str | None = Field(
         default=None,
-        description="namespace of instance images (default: the record's image, else "
-        "swebench; none: local names)",
+        description="namespace of instance images (default: the record's image, else the "
+        "convention's: swebench, xingyaoww; none: local names)",
+    )
+    instance_images: ImageConvention = Field(
+        default="swebench",
+        description="how an instance id names its image: swebench's ImageSpec or SWE-Gym's",
     )
 
 
