@@ -12,11 +12,11 @@ import copy
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -30,6 +30,9 @@ from fidelity.errors import (
     exit_code_for,
     is_database_error,
 )
+
+if TYPE_CHECKING:
+    from fidelity.model import WebSite
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -169,6 +172,15 @@ InstanceImagesOption = Annotated[
         "--instance-images",
         help="How an env.instance id names its image: swebench (default: swebench's "
         "ImageSpec) or swe-gym (SWE-Gym's xingyaoww/sweb.eval.x86_64.<id, __ as _s_>).",
+    ),
+]
+EnvDefaultsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-defaults",
+        help="TOML of environment defaults (image, sites, instances, swebench_namespace, "
+        "instance_images) under the options given here (default: fidelity-env.toml beside "
+        "the suite or in the dataset folder; see docs/environments.md).",
     ),
 ]
 SerialOption = Annotated[
@@ -516,6 +528,7 @@ def audit(
     instances: InstancesOption = None,
     swebench_namespace: SwebenchNamespaceOption = None,
     instance_images: InstanceImagesOption = None,
+    env_defaults: EnvDefaultsOption = None,
 ) -> None:
     """Replay a suite for real and through the world model, compare, store, report."""
     from fidelity.audit import AuditConfig, new_run_id, run_audit
@@ -523,15 +536,14 @@ def audit(
     from fidelity.pipeline import check_domain
 
     run_id = run_id or new_run_id()
+    image, world = _world_options(
+        suite, env_defaults, image, site, site_reset, instances, swebench_namespace, instance_images
+    )
     config = AuditConfig(
         domain=check_domain(domain, sandbox) if domain is not None else None,
         suite=suite,
         sandbox=sandbox,
-        sandbox_options={
-            **_serial_options(serial, sandbox),
-            **_site_options(site, site_reset),
-            **_instance_options(instances, swebench_namespace, instance_images),
-        },
+        sandbox_options={**_serial_options(serial, sandbox), **world},
         step_timeout=timeout,
         allowed_roots=allow_root or [],
         sim=_endpoint_options(
@@ -571,6 +583,33 @@ def audit(
     raise typer.Exit(result.verdict.exit_code if result.verdict else 0)
 
 
+def _world_options(
+    source: Path | None,
+    defaults_file: Path | None,
+    image: str | None,
+    sites: list[str] | None,
+    resets: list[str] | None,
+    instances: Path | None,
+    namespace: str | None,
+    convention: str | None,
+) -> tuple[str | None, dict[str, Any]]:
+    """The default image and the sandbox options of the user's world: the options given,
+    over the environment defaults (``--env-defaults``, else ``fidelity-env.toml`` beside
+    *source*), over BrowserGym's ``WA_*`` variables for sites."""
+    from fidelity.env_defaults import find_env_defaults, load_env_defaults
+
+    defaults = load_env_defaults(defaults_file or find_env_defaults(source))
+    options = {
+        **_site_options(sites, resets, defaults.sites),
+        **_instance_options(
+            instances or defaults.instances,
+            namespace or defaults.swebench_namespace,
+            convention or defaults.instance_images,
+        ),
+    }
+    return image or defaults.image, options
+
+
 def _instance_options(
     instances: Path | None, namespace: str | None, convention: str | None
 ) -> dict[str, Any]:
@@ -607,10 +646,13 @@ def _serial_options(serial: str | None, sandbox: str | None) -> dict[str, Any]:
     return {"serial": serial}
 
 
-def _site_options(sites: list[str] | None, resets: list[str] | None) -> dict[str, Any]:
-    """``--site NAME=URL`` and ``--site-reset NAME=CMD`` as the browser backend's ``sites``
-    (over BrowserGym's ``WA_*`` variables); nothing when neither is given."""
-    if not sites and not resets:
+def _site_options(
+    sites: list[str] | None, resets: list[str] | None, file_sites: Mapping[str, WebSite]
+) -> dict[str, Any]:
+    """``--site NAME=URL`` and ``--site-reset NAME=CMD`` as the browser backend's ``sites``,
+    over *file_sites* (the environment defaults'), over BrowserGym's ``WA_*`` variables;
+    nothing when none is given."""
+    if not sites and not resets and not file_sites:
         return {}
     from pydantic import ValidationError
 
@@ -631,19 +673,16 @@ def _site_options(sites: list[str] | None, resets: list[str] | None) -> dict[str
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"][1:] if part != "[key]")
         raise UsageError(f"--site {where}: {first['msg']}") from None
-    defaults = webarena_sites()
-    merged = {
-        name: defaults[name].model_copy(update=site.model_dump(exclude_none=True))
-        if name in defaults
-        else site
-        for name, site in checked.items()
-    }
-    return {
-        "sites": {
-            name: site.model_dump(exclude_none=True)
-            for name, site in {**defaults, **merged}.items()
-        }
-    }
+    layered = webarena_sites()
+    for layer in (file_sites, checked):
+        for name, site in layer.items():
+            below = layered.get(name)
+            layered[name] = (
+                site
+                if below is None
+                else below.model_copy(update=site.model_dump(exclude_none=True))
+            )
+    return {"sites": {name: site.model_dump(exclude_none=True) for name, site in layered.items()}}
 
 
 @app.command()
@@ -666,15 +705,15 @@ def replay(
     instances: InstancesOption = None,
     swebench_namespace: SwebenchNamespaceOption = None,
     instance_images: InstanceImagesOption = None,
+    env_defaults: EnvDefaultsOption = None,
 ) -> None:
     """Replay actions in real sandboxes only; write trajectories with real observations."""
     from fidelity.batch import replay_suite
 
-    options = {
-        **_serial_options(serial, sandbox),
-        **_site_options(site, site_reset),
-        **_instance_options(instances, swebench_namespace, instance_images),
-    }
+    image, world = _world_options(
+        suite, env_defaults, image, site, site_reset, instances, swebench_namespace, instance_images
+    )
+    options = {**_serial_options(serial, sandbox), **world}
     with _progress(as_json) as progress:
         result = replay_suite(
             suite, output, sandbox, options, timeout, concurrency, progress, allow_root or [], image
@@ -928,6 +967,7 @@ def gate(
     instances: InstancesOption = None,
     swebench_namespace: SwebenchNamespaceOption = None,
     instance_images: InstanceImagesOption = None,
+    env_defaults: EnvDefaultsOption = None,
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -947,13 +987,24 @@ def gate(
             raise UsageError("--image needs a DATASET argument")
         if site or site_reset:
             raise UsageError("--site and --site-reset need a DATASET argument")
-        if (instances, swebench_namespace, instance_images) != (None, None, None):
+        if (instances, swebench_namespace, instance_images, env_defaults) != (None,) * 4:
             raise UsageError(
-                "--instances, --swebench-namespace and --instance-images need a DATASET argument"
+                "--instances, --swebench-namespace, --instance-images and --env-defaults need "
+                "a DATASET argument"
             )
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
+        image, world = _world_options(
+            dataset,
+            env_defaults,
+            image,
+            site,
+            site_reset,
+            instances,
+            swebench_namespace,
+            instance_images,
+        )
         with _progress(as_json, _GATE_PHASES) as progress:
             manifest = _gate_dataset(
                 dataset,
@@ -977,10 +1028,7 @@ def gate(
                     "layout": _layout(layout),
                     "to": _rl_formats(to or []),
                     "image": image,
-                    "sandbox_options": {
-                        **_site_options(site, site_reset),
-                        **_instance_options(instances, swebench_namespace, instance_images),
-                    },
+                    "sandbox_options": world,
                     **_ray_results(executor, ray_results, ray_results_dir),
                 },
                 progress,
