@@ -8,7 +8,8 @@ checkout; never copied into the project) with the importers of
 - ``second_run``: the real observation against the same output with what
   really varies between two runs varied (:func:`second_run`: durations,
   hexadecimal ids, memory addresses, temporary and pip folders, test-runner
-  seeds, ``PYTHONHASHSEED``, dates, PIDs where the action prints one);
+  seeds, ``PYTHONHASHSEED``, dates, PIDs where the action prints one, and the order
+  pytest-xdist reports failures in: the order its workers finish them);
 - one drifted pair per corruption that applies (:data:`AGENT_CORRUPTIONS`):
   the kinds world models make, each recording the entity it invents when it
   invents one (for invented-entity recall).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +73,15 @@ _ISO_RE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d[ T][0-2]\d:[0-5]\d:[0-5]\d")
 _PID_COMMAND_RE = re.compile(r"\$!|\$\$|getpid\(\)")
 _BARE_NUMBER_RE = re.compile(r"^(\d{2,7})$", re.MULTILINE)
 _VIEWERS = frozenset({"cat", "sed", "nl", "head", "tail", "grep", "less", "awk", "find", "ls"})
+_LISTERS = frozenset(
+    {"ls", "find", "grep", "rg", "fd", "du", "git status", "git branch", "pip list", "pip freeze"}
+)
+"""Programs whose output is a listing (:func:`reordered_lines` reorders it)."""
+_XDIST_RE = re.compile(r"\bpytest\b.*\s(?:-n\s*\w+|--numprocesses)")
+_FAILURES_RE = re.compile(r"^=+ FAILURES =+$", re.MULTILINE)
+_BANNER_RE = re.compile(r"^=+ .* =+$", re.MULTILINE)
+_SECTION_RE = re.compile(r"^_{3,} (\S+) _{3,}$", re.MULTILINE)
+_FAILED_RE = re.compile(r"^FAILED \S*::(\S+).*$", re.MULTILINE)
 _EDIT_RE = re.compile(r"\bsed -i\b|\bpatch\b|open\([^)]*['\"]w|\.write_text\(|> *[\w/.-]+\.py\b")
 
 
@@ -113,7 +124,38 @@ def second_run(obs: Observation, action: str, rng: random.Random) -> Observation
     )
     if _PID_COMMAND_RE.search(action):
         text = _BARE_NUMBER_RE.sub(lambda m: str(rng.randint(300, 4_000_000)), text)
+    if _XDIST_RE.search(action):
+        text = completion_order(text, rng)
     return None if text == obs.text else obs.model_copy(update={"text": text})
+
+
+def completion_order(text: str, rng: random.Random) -> str:
+    """*text*, a pytest-xdist run's output, with its failures in another order.
+
+    xdist reports each failure when a worker finishes it (pytest-xdist's docs: "the
+    order of tests is not guaranteed"), so another real run may list the sections of
+    the FAILURES block, and the summary's ``FAILED`` lines with them, in another order.
+    """
+    banner = _FAILURES_RE.search(text)
+    if banner is None:
+        return text
+    end = _BANNER_RE.search(text, banner.end())
+    stop = end.start() if end else len(text)
+    heads = list(_SECTION_RE.finditer(text, banner.end(), stop))
+    if len(heads) < 2:
+        return text
+    bounds = [h.start() for h in heads] + [stop]
+    sections = [(h[1], text[a:b]) for h, a, b in zip(heads, bounds, bounds[1:], strict=False)]
+    shuffled = rng.sample(sections, len(sections))
+    if shuffled == sections:
+        shuffled.reverse()
+    rank = {name: i for i, (name, _) in enumerate(shuffled)}
+    body = text[: bounds[0]] + "".join(part for _, part in shuffled) + text[stop:]
+    failed = list(_FAILED_RE.finditer(body))
+    ordered = sorted(failed, key=lambda m: rank.get(m[1], len(rank)))
+    for slot, line in reversed(list(zip(failed, ordered, strict=True))):
+        body = body[: slot.start()] + line[0] + body[slot.end() :]
+    return body
 
 
 def _word(rng: random.Random, n: int) -> str:
@@ -184,6 +226,34 @@ def dropped_line(obs: Observation, history: list[Step], rng: random.Random) -> R
     return _with(obs, "\n".join(lines[:index] + lines[index + 1 :])), None
 
 
+def reordered_lines(obs: Observation, history: list[Step], rng: random.Random) -> Result:
+    """A listing (``ls``, ``find``, grep hits, ``git status``) with the same lines in
+    another order: one line moved, or a run of lines shuffled. Its lines are the
+    non-blank ones the text holds once; the others stay where they are."""
+    command = history[-1].action.render() if history else ""
+    if printing_program(command) not in _LISTERS:
+        return None
+    lines = obs.text.split("\n")
+    counts = Counter(lines)
+    listed = [i for i, line in enumerate(lines) if line.strip() and counts[line] == 1]
+    if len(listed) < 3:
+        return None
+    order = list(listed)
+    if rng.random() < 0.5:  # one line moved elsewhere
+        source, target = rng.sample(range(len(order)), 2)
+        order.insert(target, order.pop(source))
+    else:  # a run of two lines or more shuffled
+        start = rng.randrange(len(order) - 1)
+        end = rng.randint(start + 2, len(order))
+        order[start:end] = rng.sample(order[start:end], end - start)
+    if order == listed:
+        return None
+    new = list(lines)
+    for slot, source in zip(listed, order, strict=True):
+        new[slot] = lines[source]
+    return _with(obs, "\n".join(new)), None
+
+
 def failed_edit_done(obs: Observation, history: list[Step], rng: random.Random) -> Result:
     """An edit command that failed (exit code not 0) reported as a silent success."""
     command = history[-1].action.render() if history else ""
@@ -207,6 +277,7 @@ AGENT_CORRUPTIONS: dict[str, Corruption] = {
     "dropped_line": dropped_line,
     "stale_state": stale_state,
     "failed_edit_done": failed_edit_done,
+    "reordered_lines": reordered_lines,
 }
 """Corruption kind -> corruption of a recorded agent observation."""
 

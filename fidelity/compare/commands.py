@@ -6,6 +6,7 @@ what ``ls -la`` prints), split into its pipeline stages.
 
 from __future__ import annotations
 
+import re
 import shlex
 from functools import lru_cache
 from typing import NamedTuple
@@ -65,12 +66,34 @@ def unordered_output(command: str) -> bool:
 
     ``find``, ``du``, ``locate``, ``rg``, ``fd``, recursive ``grep``
     (``-r``/``-R``) and unsorted ``ls`` (``-f``/``-U``), anywhere in the
-    pipeline, unless a ``sort`` stage orders the output.
+    pipeline, unless a ``sort`` stage orders the output; and the commands
+    whose order differs between two runs (:func:`volatile_order`).
     """
     stages = pipeline(command)
     if any(stage.program == "sort" for stage in stages):
         return False
-    return any(_unordered(stage) for stage in stages)
+    return any(_unordered(stage) for stage in stages) or volatile_order(command)
+
+
+@lru_cache(maxsize=4096)
+def volatile_order(command: str) -> bool:
+    """True when two real runs of *command* may print its lines in another order.
+
+    pytest with pytest-xdist's workers (``-n N``, ``-nauto``, ``--numprocesses``): its
+    README says the workers get the tests "randomly", and each result is reported when
+    its worker finishes it. (A listing's order, ``find`` or ``grep -r``, is the same in
+    two runs on one file system: the rubric calls another order drift.)
+    """
+    return any(_parallel_tests(stage) for stage in pipeline(command))
+
+
+_XDIST_WORKERS_RE = re.compile(r"-n(?:\d+|auto|logical)?|--numprocesses(?:=.*)?")
+
+
+def _parallel_tests(stage: Stage) -> bool:
+    if not stage.program.endswith(("pytest", "py.test")):
+        return False
+    return any(_XDIST_WORKERS_RE.fullmatch(word) for word in stage.words)
 
 
 def _unordered(stage: Stage) -> bool:

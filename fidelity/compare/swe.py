@@ -49,7 +49,7 @@ from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.entities import MAX_ENTITIES
 from fidelity.compare.structured import listed, overlap, shown
-from fidelity.compare.terminal import TerminalComparator, hard_mismatches
+from fidelity.compare.terminal import TerminalComparator, hard_mismatches, reorder_reasons
 from fidelity.model import Observation
 
 HUNK_THRESHOLD = 0.8
@@ -194,7 +194,8 @@ class SweComparator:
         if real.state is not None and sim.state is not None:
             # recorded repository state is not volatile: a diff it disagrees on is real drift
             hard += diff_reasons + listed("one side only:", sorted(sim_only | real_only))
-        findings = [*diff_reasons, *reasons[len(diff_reasons) + len(flips) :]]
+        findings = [*diff_reasons, *reorder_reasons(metrics)]
+        findings += reasons[len(diff_reasons) + len(flips) :]
         findings += listed("hallucinated", base.hallucinations) + listed("omitted", base.omissions)
         return self.calibration.decide(result, hard, findings)
 

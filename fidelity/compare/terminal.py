@@ -14,6 +14,11 @@ The amount of difference (calibration features, :func:`amount`): ``lines_changed
 (lines one side has and the other lacks, as multisets: a reordered but equal set
 changes none), ``changed_share`` (that count over both sides' lines) and
 ``chars_changed`` (the character Indel distance between the changed lines of each side).
+The order of the lines both sides share (:func:`reordered`, on the texts before the
+``unordered_lines`` sort, which makes similarity and entities ignore order): of the lines
+each side holds exactly once, ``lines_reordered`` is how many are out of order and
+``order_gap`` that count over those lines (both only when some are, ``lines reordered: k
+of n`` among the reasons of a drifted step).
 
 Entities (:func:`line_entities`), ranked most telling first and capped at
 :data:`~fidelity.compare.entities.MAX_ENTITIES` per side: the extracted entities
@@ -45,8 +50,10 @@ import functools
 import re
 import string
 import sys
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence, Set
+from itertools import pairwise
 from typing import NamedTuple
 
 from rapidfuzz.distance import Indel
@@ -54,6 +61,7 @@ from rapidfuzz.process import extractOne
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration import Calibration, features, load_calibration
+from fidelity.compare.commands import volatile_order
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.entities import MAX_ENTITIES, extract, extract_among, kind_of
 from fidelity.compare.normalize import (
@@ -122,6 +130,8 @@ class TerminalComparator:
         whole_text = config.whole_text((GIT_ID_RULE, ORDER_RULE, PID_OUTPUT_RULE))
         limit = limit if config.enabled(TRUNCATE_RULE) else sys.maxsize
         self.normalizer = normalizer_for(config.rules(rules), limit, whole_text)
+        # the same rules without the sort: the order feature sees the lines as printed
+        self.unsorted = normalizer_for(config.rules(rules), limit, whole_text - {ORDER_RULE})
 
     def compare(
         self, real: Observation, sim: Observation, context: CompareContext
@@ -137,6 +147,10 @@ class TerminalComparator:
         factor = self.exit_penalty if exit_match is False else 1.0
         score = min(1.0, max(0.0, metrics["text_sim"] * factor))
         metrics.update(amount(real_text, sim_text))
+        if not volatile_order(command):  # else another real run prints another order
+            sorted_ = ORDER_RULE in real_counts or ORDER_RULE in sim_counts
+            texts = self._as_printed(real, sim, command) if sorted_ else (real_text, sim_text)
+            metrics.update(order(*texts))
         sim_side, real_side = line_entities(real_text, sim_text, command)
         hallucinations, stale = unshown(sim_side, context, self.normalizer)
         hallucinations = with_hex(hallucinations, sim.text)
@@ -145,12 +159,14 @@ class TerminalComparator:
         hard = self._mismatches(score, exit_match, real, sim)
         if self.calibration is None:
             reasons = [*hard, *_findings(hallucinations, omissions, shown)]
+            reasons += reorder_reasons(metrics) if reasons else []
         else:
             vector = features(metrics, exit_match, len(hallucinations), len(omissions), len(stale))
             p = metrics["drift_p"] = self.calibration.probability(vector)
             cutoff = self.calibration.cutoff
             calibrated = [f"drift probability {p:.2f} >= {cutoff:.2f}"] if p >= cutoff else []
-            found = _findings(hallucinations, omissions, shown) if hard or calibrated else []
+            findings = [*reorder_reasons(metrics), *_findings(hallucinations, omissions, shown)]
+            found = findings if hard or calibrated else []
             reasons = [*hard, *calibrated, *found]
         return StepComparison(
             score=score,
@@ -162,6 +178,13 @@ class TerminalComparator:
             stale=shown,
             normalizations=merge_counts(real_counts, sim_counts),
             reasons=reasons,
+        )
+
+    def _as_printed(self, real: Observation, sim: Observation, command: str) -> tuple[str, str]:
+        """Both texts normalized without the ``unordered_lines`` sort (for :func:`order`)."""
+        return (
+            self.unsorted.cached(real.text, command)[0],
+            self.unsorted.cached(sim.text, command)[0],
         )
 
     def entities(self, observation: Observation, context: CompareContext) -> set[str]:
@@ -260,6 +283,64 @@ def amount(real: str, sim: str) -> dict[str, float]:
         "changed_share": changed / lines,
         "chars_changed": float(Indel.distance("\n".join(dropped), "\n".join(added))),
     }
+
+
+def order(real: str, sim: str) -> dict[str, float]:
+    """``lines_reordered`` and ``order_gap`` of two texts (see :func:`reordered`), or no
+    metric when no line is out of order."""
+    moved, compared = reordered(real, sim)
+    return {"lines_reordered": float(moved), "order_gap": moved / compared} if moved else {}
+
+
+def reorder_reasons(metrics: dict[str, float]) -> list[str]:
+    """``lines reordered: k of n`` when *metrics* count lines out of order, else nothing."""
+    moved = metrics.get("lines_reordered", 0.0)
+    if not moved:
+        return []
+    return [f"lines reordered: {moved:.0f} of {round(moved / metrics['order_gap'])}"]
+
+
+@functools.lru_cache(maxsize=8)
+def reordered(real: str, sim: str) -> tuple[int, int]:
+    """``(lines out of order, lines compared)``: the lines each text holds exactly once
+    (patience diff's anchors: a repeated line, a brace, has no one place; nor has an empty
+    line), in sim's order, and how many of them are not on a longest run that keeps real's
+    order (the length less the longest increasing subsequence of their positions in real).
+
+    O(n log n); a line one side lacks does not count, so a changed or dropped line never
+    reads as a move.
+    """
+    if real == sim:
+        return 0, 0
+    at_real, at_sim = _once(_lines(real)), _once(_lines(sim))
+    positions = [at_real[line] for line in at_sim if line and line in at_real]
+    if all(a < b for a, b in pairwise(positions)):  # the common case: nothing moved
+        return 0, len(positions)
+    return len(positions) - _longest_increasing(positions), len(positions)
+
+
+def _once(lines: Sequence[str]) -> dict[str, int]:
+    """The lines that occur once in *lines*, each with its index, in order."""
+    # keyed in order of first occurrence, each with its last index: the same for a line
+    # that occurs once
+    index = dict(zip(lines, range(len(lines)), strict=True))
+    if len(index) == len(lines):
+        return index
+    counts = Counter(lines)
+    return {line: i for line, i in index.items() if counts[line] == 1}
+
+
+def _longest_increasing(values: Sequence[int]) -> int:
+    """The length of the longest strictly increasing subsequence of *values* (patience
+    sorting: each value replaces the first pile top not below it)."""
+    tops: list[int] = []
+    for value in values:
+        at = bisect_left(tops, value)
+        if at == len(tops):
+            tops.append(value)
+        else:
+            tops[at] = value
+    return len(tops)
 
 
 @functools.lru_cache(maxsize=8)

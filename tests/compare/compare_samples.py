@@ -88,19 +88,27 @@ def pytest_output(run: Run) -> str:
     )
 
 
-def find_output(run: Run) -> str:
-    paths = [
-        ".",
-        "./src",
-        "./src/app.py",
-        "./src/config.py",
-        "./tests",
-        "./tests/test_parser.py",
-        "./README.md",
-        "./Makefile",
+def xdist_output(run: Run) -> str:
+    """``pytest -n 2``: failures reported in the order the workers finish them (this order
+    differs between two real runs; a listing's order, ``find``'s, does not)."""
+    sections = [
+        f"{'_' * 20} test_{name} {'_' * 20}\n[gw{line % 2}] linux -- Python 3.11\n\n"
+        f"    def test_{name}():\n>       assert {name}() == {value}\nE       assert 0 == {value}\n\n"
+        f"tests/test_{name}.py:{line}: AssertionError\n"
+        for name, value, line in (("parse", 3, 12), ("render", 5, 40), ("load", 7, 9))
     ]
-    run.rng.shuffle(paths)
-    return "\n".join(paths) + "\n"
+    order = run.rng.sample(range(3), 3)
+    failed = "".join(f"FAILED tests/test_{('parse', 'render', 'load')[i]}.py\n" for i in order)
+    return (
+        "gw0 I / gw1 I\ngw0 [3] / gw1 [3]\n\n"
+        + "=" * 10
+        + " FAILURES "
+        + "=" * 10
+        + "\n"
+        + "".join(sections[i] for i in order)
+        + failed
+        + f"3 failed in {run.rng.random() + 1:.2f}s\n"
+    )
 
 
 def time_output(run: Run) -> str:
@@ -118,7 +126,7 @@ OUTPUTS: dict[str, tuple[str, Callable[[Run], str]]] = {
     "git_log": ("git log", git_log_output),
     "unittest": ("python -m unittest -v", unittest_output),
     "pytest": ("python -m pytest", pytest_output),
-    "find": ("find .", find_output),
+    "xdist": ("pytest -n 2", xdist_output),
     "time": ("time ./worker.sh", time_output),
 }
 

@@ -42,11 +42,14 @@ FEATURES = (
     "lines_changed",
     "changed_share",
     "chars_changed",
+    "order_gap",
 )
-"""Feature names, in the order of :func:`features` (gaps are ``1 - similarity``); the last
-three are the amount of difference (:func:`fidelity.compare.terminal.amount`: changed lines
-and characters as ``log1p``, the changed-line share as is), so one changed line among
-hundreds and a rewritten output need not get one probability."""
+"""Feature names, in the order of :func:`features` (gaps are ``1 - similarity``); then the
+amount of difference (:func:`fidelity.compare.terminal.amount`: changed lines and characters
+as ``log1p``, the changed-line share as is), so one changed line among hundreds and a
+rewritten output need not get one probability; last, the share of the lines both sides hold
+once that are out of order (:func:`fidelity.compare.terminal.reordered`: a reordered but
+equal listing changes no line)."""
 
 WEB_FEATURES = (
     "score_gap",
@@ -172,11 +175,13 @@ def comparison_vector(domain: str, comparison: StepComparison) -> list[float]:
 
 
 def _amount(m: dict[str, float]) -> list[float]:
-    """The amount-of-difference features of one comparison's metrics (see :data:`FEATURES`)."""
+    """The amount-of-difference and order features of one comparison's metrics (see
+    :data:`FEATURES`)."""
     return [
         math.log1p(m.get("lines_changed", 0.0)),
         m.get("changed_share", 0.0),
         math.log1p(m.get("chars_changed", 0.0)),
+        m.get("order_gap", 0.0),
     ]
 
 
