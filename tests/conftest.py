@@ -77,12 +77,8 @@ def docker() -> None:
         unavailable(f"{exc} (scripts/bootstrap.sh tests starts dockerd)")
 
 
-def owned_containers(every_owner: bool = False) -> list[str]:
-    """Ids of the containers fidelity's Docker backends labelled as this process's (or, with
-    *every_owner*, as any process's)."""
-    from fidelity.sandboxes.docker import LABEL_OWNER
-
-    label = LABEL_OWNER if every_owner else f"{LABEL_OWNER}={os.getpid()}"
+def labelled_containers(label: str) -> list[str]:
+    """Ids of the containers, running or not, that carry *label* (``KEY`` or ``KEY=VALUE``)."""
     out = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label={label}"],
         capture_output=True,
@@ -90,6 +86,14 @@ def owned_containers(every_owner: bool = False) -> list[str]:
         check=True,
     ).stdout
     return out.split()
+
+
+def owned_containers(every_owner: bool = False) -> list[str]:
+    """Ids of the containers fidelity's Docker backends labelled as this process's (or, with
+    *every_owner*, as any process's)."""
+    from fidelity.sandboxes.docker import LABEL_OWNER
+
+    return labelled_containers(LABEL_OWNER if every_owner else f"{LABEL_OWNER}={os.getpid()}")
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import pytest
 
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.sandboxes.images import ensure_image
-from tests.conftest import audit_argv, command_trajectory
+from tests.conftest import audit_argv, command_trajectory, labelled_containers
 from tests.test_chaos import kill_reaper
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -24,14 +24,7 @@ def image(docker: None) -> str:
 
 
 def containers(owner: int | None = None, run_id: str | None = None) -> list[str]:
-    label = f"fidelity.owner_pid={owner}" if owner else f"fidelity.run={run_id}"
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={label}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()
+    return labelled_containers(f"fidelity.owner_pid={owner}" if owner else f"fidelity.run={run_id}")
 
 
 def start(tmp_path: Path, run_id: str) -> subprocess.Popen[str]:
