@@ -82,10 +82,11 @@ MAX_DEPTH = 200
 """How deeply objects and arrays may nest below a line's top-level object (pydantic's limit)."""
 
 
-def _parse_checked(line: str, path: str, number: int) -> Trajectory:
-    """:func:`parse_line` through ``json.loads`` and ``model_validate``: the exact error."""
+def json_object(line: str, path: str, number: int) -> dict[str, Any]:
+    """One JSONL line (its line end aside) as a JSON object; errors name ``path:number``:
+    invalid JSON with the column, nesting too deep for Python's parser, not an object."""
     try:
-        data = json.loads(line)
+        data = json.loads(line.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
         raise InputFormatError(
             path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
@@ -96,6 +97,12 @@ def _parse_checked(line: str, path: str, number: int) -> Trajectory:
         raise InputFormatError(
             path, number, None, f"expected a JSON object, got {type(data).__name__}"
         )
+    return data
+
+
+def _parse_checked(line: str, path: str, number: int) -> Trajectory:
+    """:func:`parse_line` through ``json.loads`` and ``model_validate``: the exact error."""
+    data = json_object(line, path, number)
     _check_text(data, path, number)
     try:
         return Trajectory.model_validate(data)

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.formats.dataset import shard_lines, shards
-from fidelity.formats.jsonl import field_path
+from fidelity.formats.jsonl import field_path, json_object
 from fidelity.formats.rl_export import FORMATS, PARQUET_FORMATS, RLFormat, arrow
 from fidelity.model import (
     Action,
@@ -142,28 +142,7 @@ def _records(fmt: RLFormat, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield from _parquet_records(path)
         return
     for line in shard_lines(0, path):
-        try:
-            record = json.loads(line.text)
-        except json.JSONDecodeError as exc:
-            raise InputFormatError(str(path), line.number, None, _json_error(line.text)) from exc
-        except RecursionError:
-            raise InputFormatError(
-                str(path), line.number, None, "invalid JSON (too deep)"
-            ) from None
-        if not isinstance(record, dict):
-            raise InputFormatError(
-                str(path), line.number, None, f"expected a JSON object, got {type(record).__name__}"
-            )
-        yield line.number, record
-
-
-def _json_error(text: str) -> str:
-    """Why *text* (one line) is not JSON, with the column within the line."""
-    try:
-        json.loads(text.rstrip("\r\n"))
-    except json.JSONDecodeError as exc:
-        return f"invalid JSON ({exc.msg} at column {exc.colno})"
-    return "invalid JSON"
+        yield line.number, json_object(line.text, str(path), line.number)
 
 
 def _parquet_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
