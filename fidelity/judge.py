@@ -63,7 +63,7 @@ from fidelity.judging import (
     parse_verdict,
 )
 from fidelity.model import EnvSpec, Observation, Step, Trajectory
-from fidelity.store import ACTION, JudgmentRecord, Store, TrajectoryRecord
+from fidelity.store import JudgmentRecord, Store, TrajectoryRecord, action_adapter
 from fidelity.task import JudgedRecord, StoredStep, StoredVariant, TrajectoryTask, task_steps
 
 if TYPE_CHECKING:
@@ -240,7 +240,8 @@ def _trajectory(
     """The stored trajectory: its actions, each with its real observation."""
     steps = [
         Step(
-            action=ACTION.validate_json(action), observation=Observation(text=text, exit_code=code)
+            action=action_adapter().validate_json(action),
+            observation=Observation(text=text, exit_code=code),
         )
         for action, text, code in history
     ]

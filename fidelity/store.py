@@ -46,14 +46,14 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from fidelity.compare.base import StepComparison
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
-from fidelity.model import Action, Observation, Trajectory
 from fidelity.processes import alive
 
 if TYPE_CHECKING:
     import numpy
 
+    from fidelity.compare.base import StepComparison
+    from fidelity.model import Action, Observation, Trajectory
     from fidelity.outcomes import RealOutcome
 
 DEFAULT_DB = "fidelity.duckdb"
@@ -294,8 +294,16 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 """Every schema change since version 1, in order. Add a change as the next entry."""
 
-ACTION: TypeAdapter[Action] = TypeAdapter(Action, config=ConfigDict(defer_build=True))
-"""Validates one stored action; built on first use (reading commands never parse actions)."""
+
+@functools.cache
+def action_adapter() -> TypeAdapter[Action]:
+    """Validates one stored action; built on first use. Reading commands never parse actions,
+    so the store loads no model of :mod:`fidelity.model` until a method needs one (``fidelity
+    runs`` builds no pydantic model)."""
+    from fidelity.model import Action
+
+    return TypeAdapter(Action)
+
 
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else 1
 
@@ -846,6 +854,8 @@ class Store:
 
     def real_observations(self, run_id: str) -> dict[str, list[Observation]]:
         """The real observations of every trajectory of *run_id* stored whole, in depth order."""
+        from fidelity.model import Observation
+
         rows = self.connection.execute(
             """SELECT o.trajectory_id, o.text, o.exit_code, o.cwd, o.timed_out, o.truncated, o.error,
                       o.state
@@ -891,6 +901,8 @@ class Store:
 
     def replayed(self, run_id: str) -> dict[str, StoredReplay]:
         """The real sides stored by :meth:`write_replayed` and not yet completed, by id."""
+        from fidelity.model import Observation
+
         rows = self.connection.execute(
             """SELECT t.trajectory_id, t.env, t.error, t.real_seconds, o.text, o.exit_code, o.cwd,
                       o.timed_out, o.truncated, o.error, o.latency_ms, o.state
@@ -1296,7 +1308,7 @@ def _array(cells: list[Any]) -> numpy.ndarray[Any, Any]:
 @functools.lru_cache(maxsize=65_536)
 def _action_name(action_json: str) -> str:
     """An action's name, by its JSON (parsing a command line is slow; agents repeat commands)."""
-    name: str = ACTION.validate_json(action_json).name
+    name: str = action_adapter().validate_json(action_json).name
     return name
 
 
