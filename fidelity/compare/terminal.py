@@ -742,21 +742,23 @@ def _base_name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def shown_entities(candidates: set[str], shown_to: ShownTexts, normalizer: Normalizer) -> set[str]:
-    """The *candidates* the model had been shown (action, history, environment description:
-    *shown_to*, from :func:`shown_texts`).
+def shown_entities(
+    candidates: set[str], context: CompareContext, normalizer: Normalizer
+) -> set[str]:
+    """The *candidates* the model had been shown (action, history, environment description).
 
     A candidate counts as shown when the shown text yields the same entity,
     or, for files and paths, when its base name appears there as a word.
     """
-    texts, joined = shown_to
     unshown: dict[str, list[str]] = {}  # search key -> the candidates not shown yet
     for entity in candidates:
-        key = search_key(entity)
-        if key in joined:  # a key no shown text holds: the candidate is not shown
-            unshown.setdefault(key, []).append(entity)
+        unshown.setdefault(search_key(entity), []).append(entity)
     shown: set[str] = set()
-    for text, command in texts if unshown else ():
+    searched: set[tuple[str, str | None]] = set()
+    for text, command in context_texts(context):
+        if (text, command) in searched:  # e.g. a command both histories hold: found nothing new
+            continue
+        searched.add((text, command))
         pending = {e: k for k in unshown if k in text for e in unshown[k]}
         if not pending:
             continue
@@ -814,34 +816,15 @@ def unshown(
     """
     kept: list[str] = []
     stale: set[str] = set()
-    shown_to: ShownTexts | None = None
     at = 0
     while len(kept) < MAX_ENTITIES and at < len(ranked):
         batch = ranked[at : at + MAX_ENTITIES - len(kept)]
         at += len(batch)
         names = {e for e in batch if not e.startswith("line:")}
-        shown: set[str] = set()
-        if names:  # the context's texts gathered once, for the first batch that asks
-            shown_to = shown_to or shown_texts(context)
-            shown = shown_entities(names, shown_to, normalizer)
+        shown = shown_entities(names, context, normalizer) if names else set()
         stale |= shown
         kept += [e for e in batch if e not in shown]
     return kept, stale
-
-
-class ShownTexts(NamedTuple):
-    """What :func:`shown_texts` gathers from a context."""
-
-    texts: tuple[tuple[str, str | None], ...]
-    """:func:`context_texts` without repeats (a command both histories hold)."""
-    joined: str
-    """Every text joined: a search key it lacks is in none of them."""
-
-
-def shown_texts(context: CompareContext) -> ShownTexts:
-    """The texts of *context* for :func:`shown_entities`."""
-    texts = tuple(dict.fromkeys(context_texts(context)))
-    return ShownTexts(texts, "\0".join(text for text, _ in texts))
 
 
 def context_texts(context: CompareContext) -> Iterator[tuple[str, str | None]]:
