@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import http.client
 import io
 import itertools
 import json
@@ -31,6 +32,7 @@ import socket
 import tarfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -947,15 +949,59 @@ def _remove(container: Any) -> None:
                 raise
 
 
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+"""Where the Docker SDK looks for the daemon when ``DOCKER_HOST`` is unset."""
+
+
+def _none_labelled(label: str) -> bool:
+    """Whether the local daemon lists no container, running or not, carrying *label*.
+
+    Asked over its Unix socket with the standard library: an audit of any domain sweeps
+    Docker's leftovers, and importing the SDK to learn that there are none cost an audit
+    0.4 s of CPU. False whenever that cannot be told this way (``DOCKER_HOST`` names no
+    Unix socket, no socket, an error, an answer that is not a list): the SDK then asks,
+    and says why it cannot.
+    """
+    host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+    if not host.startswith("unix://"):
+        return False
+    query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": [label]})})
+    connection = _UnixConnection(host.removeprefix("unix://"))
+    try:
+        connection.request("GET", f"/containers/json?{query}")
+        response = connection.getresponse()
+        listed = json.loads(response.read()) if response.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return False  # no daemon on that socket, or a garbled answer: the SDK's error says why
+    finally:
+        connection.close()
+    return listed == []
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (the Docker daemon's API)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=30)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
 def sweep_stale(owner: int | None = None) -> int:
     """Remove containers whose owning fidelity process (on this host) is dead; how many.
 
     With *owner*, only that (dead) process's containers.
     """
+    label = f"{LABEL_OWNER}={owner}" if owner is not None else LABEL_OWNER
+    if _none_labelled(label):  # the common case, told without loading the SDK
+        return 0
     client = docker_client()
     removed = 0
     host = socket.gethostname()
-    label = f"{LABEL_OWNER}={owner}" if owner is not None else LABEL_OWNER
     # sparse: the list's own data, no inspect per container (a container another process is
     # removing meanwhile would make that inspect fail with 404 and the whole sweep with it)
     for container in client.containers.list(all=True, sparse=True, filters={"label": label}):

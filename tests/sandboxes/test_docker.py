@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,13 @@ import pytest
 from fidelity.errors import SandboxError
 from fidelity.model import CommandAction, EnvSpec
 from fidelity.sandboxes import get_sandbox, sweep
-from fidelity.sandboxes.docker import LABEL_HOST, LABEL_OWNER, DockerConfig, DockerSandbox
+from fidelity.sandboxes.docker import (
+    LABEL_HOST,
+    LABEL_OWNER,
+    DockerConfig,
+    DockerSandbox,
+    _none_labelled,
+)
 from fidelity.sandboxes.images import docker_client, ensure_image
 from tests.conftest import owned_containers
 from tests.sandboxes.conformance import *  # noqa: F403 - the shared conformance suite
@@ -177,6 +184,48 @@ def test_sweep_removes_containers_of_dead_owners(terminal_image: str) -> None:
         assert orphan.id not in ids and mine.id in ids  # a live owner's container stays
     finally:
         mine.remove(force=True)
+        if orphan.id in {c.id for c in client.containers.list(all=True)}:
+            orphan.remove(force=True)
+
+
+def test_a_sweep_with_nothing_to_remove_loads_no_docker_sdk(docker: None) -> None:
+    # the local daemon, asked over its socket, lists no container of this dead owner: an
+    # audit's sweep then costs no import of the SDK (0.4 s of CPU)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    probe = (
+        "import sys\n"
+        "from fidelity.sandboxes.docker import sweep_stale\n"
+        f"assert sweep_stale(owner={dead.pid}) == 0\n"
+        "print(sorted(m for m in sys.modules if m == 'docker' or m.startswith('docker.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_socket_question_leaves_other_daemons_to_the_sdk(
+    docker: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    label = f"{LABEL_OWNER}=1"
+    assert _none_labelled(label)  # the daemon the tests run answers on its default socket
+    for host in ("tcp://127.0.0.1:1", f"unix://{tmp_path}/no.sock", "ssh://user@host"):
+        monkeypatch.setenv("DOCKER_HOST", host)
+        assert not _none_labelled(label), host  # the SDK asks, and says why it cannot
+
+
+def test_the_socket_question_sees_a_labelled_container(terminal_image: str) -> None:
+    client = docker_client()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    label = f"{LABEL_OWNER}={dead.pid}"
+    labels = {LABEL_OWNER: str(dead.pid), LABEL_HOST: os.uname().nodename}
+    orphan = client.containers.create(terminal_image, ["sleep", "infinity"], labels=labels)
+    try:
+        assert not _none_labelled(label)  # a stopped (created) container counts too
+        assert sweep("docker") >= 1
+        assert _none_labelled(label)
+    finally:
         if orphan.id in {c.id for c in client.containers.list(all=True)}:
             orphan.remove(force=True)
 
