@@ -30,6 +30,14 @@ shared host only ever add to a run's CPU time); the difflib loop is not run at
 that size (it would take about 8 minutes), its marginal rate from the two sizes
 stands for it.
 
+``--instructions`` instead counts what one step costs in instructions, with valgrind's
+callgrind (``apt-get install valgrind``): those of ``fidelity diff --format jsonl`` on
+``--trajectories`` trajectories less those on one, per step. Unlike seconds it does not
+move with the host's load (timings on a shared 2-core host moved by 30% within
+minutes), so it is the way to tell whether a change to the comparator saves work: run
+it on both versions (``--root`` names the other checkout, e.g. a ``git archive`` copy
+with the compiled extensions). Slow: each run executes about 50 times slower.
+
 ``--parts`` instead prints where the time of one diff goes: the CPU of
 ``fidelity diff`` on one trajectory (start-up: imports, option parsing), then,
 in this process on the first size, microseconds per step of reading and pairing
@@ -44,6 +52,8 @@ import difflib
 import json
 import os
 import random
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -271,6 +281,17 @@ def main() -> None:
         "--parts", action="store_true", help="print where the time goes (start-up, parts per step)"
     )
     parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="instead: instructions per step under callgrind (deterministic; see the docstring)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="with --instructions: the checkout whose fidelity runs (default: this one)",
+    )
+    parser.add_argument(
         "--agent",
         choices=("terminal", "swe"),
         help="instead: once, on the public agent runs in ../shared (second runs, corruptions)",
@@ -278,6 +299,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.naive:
         naive(*args.naive)
+        return
+    if args.instructions:
+        instructions(args.root, args.trajectories, args.depth, args.seed)
         return
     warm_bytecode(args.depth, args.seed)
     if args.parts:
@@ -322,6 +346,41 @@ def run_large(
     print(
         f"  ratio fidelity/naive (the naive way's marginal rate): {steps / cpu / naive_rate:.2f}x"
     )
+
+
+def callgrind_instructions(root: Path, real: Path, sim: Path) -> int:
+    """Instructions executed by ``fidelity diff REAL SIM --format jsonl`` of *root*'s checkout."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind: apt-get install valgrind")
+    command = [
+        *("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"),
+        *(sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "--format", "jsonl"),
+    ]
+    done = subprocess.run(
+        command,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    found = re.search(r"refs:\s+([\d,]+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"fidelity diff under callgrind failed: {done.stderr[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def instructions(root: Path, trajectories: int, depth: int, seed: int) -> None:
+    """Print the instructions per step of *root*'s ``fidelity diff`` (start-up cancelled out)."""
+    with tempfile.TemporaryDirectory() as folder:
+        small, large = Path(folder) / "one", Path(folder) / "many"
+        small.mkdir()
+        large.mkdir()
+        one = callgrind_instructions(root, *write_files(small, 1, depth, seed)[:2])
+        many = callgrind_instructions(root, *write_files(large, trajectories, depth, seed)[:2])
+    steps = (trajectories - 1) * depth
+    print(f"fidelity diff of {root}: {one:,} instructions for 1 trajectory (start-up)")
+    print(f"  {(many - one) / steps:,.0f} instructions per step ({trajectories} trajectories)")
 
 
 if __name__ == "__main__":
