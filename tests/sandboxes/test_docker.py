@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,34 +171,45 @@ def test_registry_selects_docker(terminal_image: str) -> None:
         get_sandbox("docker", no_such_option=1)
 
 
-def test_sweep_removes_containers_of_dead_owners(terminal_image: str) -> None:
-    client = docker_client()
+def dead_pid() -> int:
+    """The pid of a process that has ended (its containers are a killed audit's leftovers)."""
     dead = subprocess.Popen(["true"])
     dead.wait()
-    labels = {LABEL_OWNER: str(dead.pid), LABEL_HOST: os.uname().nodename}
-    orphan = client.containers.create(terminal_image, ["sleep", "infinity"], labels=labels)
-    mine = client.containers.create(
-        terminal_image, ["sleep", "infinity"], labels={**labels, LABEL_OWNER: str(os.getppid())}
-    )
+    return dead.pid
+
+
+@contextlib.contextmanager
+def orphan_container(image: str, owner: int) -> Iterator[Any]:
+    """A stopped container labelled as *owner*'s on this host; removed afterwards if the
+    test's sweep left it."""
+    client = docker_client()
+    labels = {LABEL_OWNER: str(owner), LABEL_HOST: os.uname().nodename}
+    orphan = client.containers.create(image, ["sleep", "infinity"], labels=labels)
     try:
+        yield orphan
+    finally:
+        if orphan.id in {c.id for c in client.containers.list(all=True)}:
+            orphan.remove(force=True)
+
+
+def test_sweep_removes_containers_of_dead_owners(terminal_image: str) -> None:
+    client = docker_client()
+    with (
+        orphan_container(terminal_image, dead_pid()) as orphan,
+        orphan_container(terminal_image, os.getppid()) as mine,
+    ):
         assert sweep("docker") >= 1
         ids = {c.id for c in client.containers.list(all=True)}
         assert orphan.id not in ids and mine.id in ids  # a live owner's container stays
-    finally:
-        mine.remove(force=True)
-        if orphan.id in {c.id for c in client.containers.list(all=True)}:
-            orphan.remove(force=True)
 
 
 def test_a_sweep_with_nothing_to_remove_loads_no_docker_sdk(docker: None) -> None:
     # the local daemon, asked over its socket, lists no container of this dead owner: an
     # audit's sweep then costs no import of the SDK (0.4 s of CPU)
-    dead = subprocess.Popen(["true"])
-    dead.wait()
     probe = (
         "import sys\n"
         "from fidelity.sandboxes.docker import sweep_stale\n"
-        f"assert sweep_stale(owner={dead.pid}) == 0\n"
+        f"assert sweep_stale(owner={dead_pid()}) == 0\n"
         "print(sorted(m for m in sys.modules if m == 'docker' or m.startswith('docker.')))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
@@ -215,19 +228,12 @@ def test_the_socket_question_leaves_other_daemons_to_the_sdk(
 
 
 def test_the_socket_question_sees_a_labelled_container(terminal_image: str) -> None:
-    client = docker_client()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    label = f"{LABEL_OWNER}={dead.pid}"
-    labels = {LABEL_OWNER: str(dead.pid), LABEL_HOST: os.uname().nodename}
-    orphan = client.containers.create(terminal_image, ["sleep", "infinity"], labels=labels)
-    try:
+    owner = dead_pid()
+    label = f"{LABEL_OWNER}={owner}"
+    with orphan_container(terminal_image, owner):
         assert not _none_labelled(label)  # a stopped (created) container counts too
         assert sweep("docker") >= 1
         assert _none_labelled(label)
-    finally:
-        if orphan.id in {c.id for c in client.containers.list(all=True)}:
-            orphan.remove(force=True)
 
 
 def test_sweep_survives_a_container_removed_while_it_lists(
@@ -242,19 +248,13 @@ def test_sweep_survives_a_container_removed_while_it_lists(
         raise docker.errors.NotFound(f"No such container: {container_id}")
 
     client = docker_client()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    labels = {LABEL_OWNER: str(dead.pid), LABEL_HOST: os.uname().nodename}
-    orphan = client.containers.create(terminal_image, ["sleep", "infinity"], labels=labels)
-    try:
+    with orphan_container(terminal_image, dead_pid()) as orphan:
         monkeypatch.setattr(ContainerCollection, "get", gone)
-        assert sweep("docker") >= 1
-        monkeypatch.undo()
+        try:
+            assert sweep("docker") >= 1
+        finally:
+            monkeypatch.undo()
         assert orphan.id not in {c.id for c in client.containers.list(all=True)}
-    finally:
-        monkeypatch.undo()
-        if orphan.id in {c.id for c in client.containers.list(all=True)}:
-            orphan.remove(force=True)
 
 
 def test_close_from_another_thread_stops_a_running_step(
