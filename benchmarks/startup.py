@@ -89,25 +89,13 @@ def timed(command: Sequence[str], env: dict[str, str] | None = None) -> Timing:
     return Timing(elapsed, cpu)
 
 
-def alternated(
-    runs: int, first: Callable[[int], Timing], second: Callable[[int], Timing]
-) -> tuple[list[Timing], list[Timing]]:
-    """*runs* timings of each, taken in turn (first, second, first, …)."""
-    a, b = [], []
+def alternated(runs: int, *commands: Callable[[int], Timing]) -> list[list[Timing]]:
+    """*runs* timings of each of *commands*, taken in turn (first, second, …, first, …); each
+    command is given the run's index."""
+    timings: list[list[Timing]] = [[] for _ in commands]
     for index in range(runs):
-        a.append(first(index))
-        b.append(second(index))
-    return a, b
-
-
-def alternated3(
-    runs: int, *commands: Callable[[], Timing]
-) -> tuple[list[Timing], list[Timing], list[Timing]]:
-    """*runs* timings of each of three commands, taken in turn."""
-    timings: tuple[list[Timing], list[Timing], list[Timing]] = ([], [], [])
-    for _ in range(runs):
         for times, command in zip(timings, commands, strict=True):
-            times.append(command())
+            times.append(command(index))
     return timings
 
 
@@ -171,11 +159,11 @@ def main() -> None:
         db = str(folder / "audit-1.duckdb")
         timed(replay_command(folder), env=BYTECODE_WRITTEN)
         timed([*FIDELITY, "runs", "--db", db], env=BYTECODE_WRITTEN)
-        runs, deps, bare = alternated3(
+        runs, deps, bare = alternated(
             args.runs,
-            lambda: timed([*FIDELITY, "runs", "--db", db]),
-            lambda: timed(DEPENDENCIES),
-            lambda: timed([sys.executable, "-c", BARE_RUNS, "runs", "--db", db]),
+            lambda _: timed([*FIDELITY, "runs", "--db", db]),
+            lambda _: timed(DEPENDENCIES),
+            lambda _: timed([sys.executable, "-c", BARE_RUNS, "runs", "--db", db]),
         )
         print(f"median of {args.runs} alternated runs each ({sys.executable})")
         print_ratio("fidelity runs --db X", runs, "import duckdb, typer, pydantic", deps, 1.3)
