@@ -23,9 +23,11 @@ started in the same workspace at the last known cwd.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -58,6 +60,8 @@ INSIDE_UID = 1000
 _ROOT_PREFIX = "fidelity-local-"
 _SHOWN = {"work": f"{MOUNT} and {HOME}", "tmp": "/tmp", "shm": "/dev/shm"}
 _SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_TRANSIENT_MOUNT_ERRORS = {errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ENOMEM}
+_warned_errnos: set[int | None] = set()
 _uid_lock = threading.Lock()
 _uid_counter = 0
 
@@ -168,8 +172,9 @@ class LocalSandbox(Sandbox):
             path = self._root / name
             path.mkdir()
             try:
-                containment.mount_tmpfs(path, size, cfg.max_inodes, mode)
-            except OSError:  # root without CAP_SYS_ADMIN (a container): poll instead
+                _mount_with_retry(path, size, cfg.max_inodes, mode)
+            except OSError as exc:  # root without CAP_SYS_ADMIN (a container): poll instead
+                _warn_unbounded(exc)
                 for done in self._mounted:
                     containment.unmount(done)
                 self._mounted = []
@@ -641,6 +646,32 @@ class LocalSandbox(Sandbox):
                     with contextlib.suppress(OSError):
                         total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
         return total, count
+
+
+def _mount_with_retry(path: Path, size_mb: int, inodes: int, mode: int) -> None:
+    """:func:`containment.mount_tmpfs`, tried once more when the kernel says "try again"."""
+    try:
+        containment.mount_tmpfs(path, size_mb, inodes, mode)
+    except OSError as exc:
+        if exc.errno not in _TRANSIENT_MOUNT_ERRORS:
+            raise
+        containment.mount_tmpfs(path, size_mb, inodes, mode)
+
+
+def _warn_unbounded(error: OSError) -> None:
+    """Say once per process and errno why sandboxes fall back to a polled workspace on disk.
+
+    The fallback changes what some commands show (``ls -la`` lists a directory as 4096
+    bytes on disk, 40 + 20 per entry on tmpfs), so it must never pass unseen.
+    """
+    if error.errno in _warned_errnos:
+        return
+    _warned_errnos.add(error.errno)
+    print(
+        f"fidelity: sandbox areas are not tmpfs-bounded ({error}); disk use is polled instead",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _sandbox_uid() -> int | None:

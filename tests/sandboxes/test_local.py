@@ -212,6 +212,71 @@ def test_millions_of_empty_files_hit_the_inode_bound(bwrap: None, workdir: Path)
         box.close()
 
 
+def test_as_root_every_writable_area_is_a_bounded_tmpfs(bwrap: None, workdir: Path) -> None:
+    _needs_root()
+    box = LocalSandbox(LocalConfig(step_timeout=10))
+    try:
+        box.reset(EnvSpec(workdir=str(workdir)))
+        assert [path.name for path in box._mounted] == ["work", "tmp", "shm"]
+    finally:
+        box.close()
+
+
+def _failing_mount(errors: list[int]) -> Callable[..., None]:
+    """``mount_tmpfs`` that raises each of *errors* in turn, then mounts for real."""
+    from fidelity.sandboxes import containment
+
+    real = containment.mount_tmpfs
+
+    def mount(path: Path, size_mb: int, inodes: int, mode: int = 0o711) -> None:
+        if errors:
+            code = errors.pop(0)
+            raise OSError(code, f"mount tmpfs on {path}: {os.strerror(code)}")
+        real(path, size_mb, inodes, mode)
+
+    return mount
+
+
+def test_a_refused_tmpfs_mount_is_said_once_and_the_sandbox_still_runs(
+    bwrap: None, workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    from fidelity.sandboxes import containment, local
+
+    _needs_root()
+    monkeypatch.setattr(local, "_warned_errnos", set())
+    monkeypatch.setattr(containment, "mount_tmpfs", _failing_mount([errno.EPERM] * 2))
+    for _ in range(2):
+        box = LocalSandbox(LocalConfig(step_timeout=10))
+        try:
+            box.reset(EnvSpec(workdir=str(workdir)))
+            assert box._mounted == [] and run(box, "echo ok").text == "ok\n"
+        finally:
+            box.close()
+    (said,) = capsys.readouterr().err.splitlines()  # once, not once per sandbox
+    assert said.startswith("fidelity: sandbox areas are not tmpfs-bounded ([Errno 1] mount tmpfs")
+    assert said.endswith("/work: Operation not permitted); disk use is polled instead")
+
+
+def test_a_busy_tmpfs_mount_is_tried_again(
+    bwrap: None, workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    from fidelity.sandboxes import containment
+
+    _needs_root()
+    monkeypatch.setattr(containment, "mount_tmpfs", _failing_mount([errno.EBUSY]))
+    box = LocalSandbox(LocalConfig(step_timeout=10))
+    try:
+        box.reset(EnvSpec(workdir=str(workdir)))
+        assert len(box._mounted) == 3
+    finally:
+        box.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_after_a_step_that_left_only_the_shell_the_next_one_scans_no_process(
     sandbox: LocalSandbox, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
