@@ -73,7 +73,7 @@ from typing import Any, NamedTuple
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.normalize import Normalizer
-from fidelity.compare.structured import ItemComparator, overlap, verdict
+from fidelity.compare.structured import ItemComparator, matched_pairs, overlap, verdict
 from fidelity.model import Observation
 
 BOUNDS_STEP = 10
@@ -489,21 +489,20 @@ class AndroidComparator(ItemComparator[Element]):
 
 
 def _matched(real: list[Element], sim: list[Element]) -> tuple[float, float, float, list[str]]:
-    """Bounds, flag and volatile-value agreement over matched keys, and reasons for flag changes."""
-    real_by, sim_by = {e.key: e for e in real}, {e.key: e for e in sim}
-    common = sorted(real_by.keys() & sim_by.keys())
-    if not common:
+    """Bounds, flag and volatile-value agreement over matched elements (by key, then by order
+    among elements sharing one: the checkboxes of a list), and reasons for flag changes."""
+    pairs = matched_pairs(real, sim)
+    if not pairs:
         return 1.0, 1.0, 1.0, []
-    moved = sum(real_by[k].bounds != sim_by[k].bounds for k in common)
-    flipped = [k for k in common if real_by[k].flags != sim_by[k].flags]
+    moved = sum(a.bounds != b.bounds for a, b in pairs)
+    flipped = [(a, b) for a, b in pairs if a.flags != b.flags]
     reasons = [
-        f"flags {real_by[k].label}: {','.join(sorted(real_by[k].flags)) or '-'} != "
-        f"{','.join(sorted(sim_by[k].flags)) or '-'}"
-        for k in flipped[:MAX_MISMATCHES]
+        f"flags {a.label}: {','.join(sorted(a.flags)) or '-'} != {','.join(sorted(b.flags)) or '-'}"
+        for a, b in flipped[:MAX_MISMATCHES]
     ]
     return (
-        1 - moved / len(common),
-        1 - len(flipped) / len(common),
+        1 - moved / len(pairs),
+        1 - len(flipped) / len(pairs),
         _value_agreement(real, sim),
         reasons,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Hashable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.config import CompareConfig
@@ -29,6 +29,16 @@ from fidelity.compare.terminal import MAX_LISTED, TerminalComparator, context_te
 from fidelity.model import Observation
 
 Item = TypeVar("Item")
+
+
+class Keyed(Protocol):
+    """An item matched to the other side's by its key (a node, a UI element)."""
+
+    @property
+    def key(self) -> str: ...
+
+
+KeyedItem = TypeVar("KeyedItem", bound=Keyed)
 
 DEFAULT_STRUCTURED_THRESHOLD = 0.9
 """Fixed drift threshold of the structured domains (no calibration data for them)."""
@@ -51,6 +61,23 @@ def overlap(real: Counter[Hashable], sim: Counter[Hashable]) -> tuple[float, flo
     recall = common / sum(real.values()) if real else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
+
+
+def matched_pairs(real: list[KeyedItem], sim: list[KeyedItem]) -> list[tuple[KeyedItem, KeyedItem]]:
+    """Items of both sides matched by key and, among items sharing a key (the checkboxes of
+    a list's rows), by their order; keys one side lacks and surplus repeats are left out."""
+    grouped: dict[str, list[KeyedItem]] = {}
+    for item in sim:
+        grouped.setdefault(item.key, []).append(item)
+    taken: dict[str, int] = {}
+    pairs = []
+    for item in real:
+        at = taken.get(item.key, 0)
+        others = grouped.get(item.key, ())
+        if at < len(others):
+            pairs.append((item, others[at]))
+            taken[item.key] = at + 1
+    return pairs
 
 
 def entity_value(entity: str) -> str:

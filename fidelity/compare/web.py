@@ -64,7 +64,7 @@ from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import merge_counts
-from fidelity.compare.structured import ItemComparator, listed, overlap, verdict
+from fidelity.compare.structured import ItemComparator, listed, matched_pairs, overlap, verdict
 from fidelity.model import Observation
 
 _BID_RE = re.compile(r"^([ \t]*)\[[^\]\s]*\][ \t]*", re.MULTILINE)
@@ -241,18 +241,8 @@ def _props(real: list[Node], sim: list[Node]) -> tuple[float, int, list[str]]:
     Nodes are matched by key and, among nodes sharing a key (the checkboxes of
     a table's rows), by their order on the page.
     """
-    real_props, sim_props = _by_key(real), _by_key(sim)
-    common = sorted(real_props.keys() & sim_props.keys())
-    pairs = [(a, b) for k in common for a, b in zip(real_props[k], sim_props[k], strict=False)]
+    pairs = matched_pairs(real, sim)
     differ = [(a, b) for a, b in pairs if a.props != b.props]
     reasons = [f"prop {a.label}: {a.props or '-'} != {b.props or '-'}" for a, b in differ]
     agreement = 1 - len(differ) / len(pairs) if pairs else 1.0
     return agreement, len(differ), reasons[:MAX_MISMATCHES]
-
-
-def _by_key(nodes: list[Node]) -> dict[str, list[Node]]:
-    """Nodes grouped by key, in page order."""
-    grouped: dict[str, list[Node]] = {}
-    for node in nodes:
-        grouped.setdefault(node.key, []).append(node)
-    return grouped

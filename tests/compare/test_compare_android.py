@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fidelity.compare import AndroidComparator
 from fidelity.compare.android import raw_elements, rounded_bounds, volatile_kind
 from fidelity.compare.base import CompareContext
@@ -354,3 +356,25 @@ def test_json_nested_past_the_parser_is_not_an_element_list() -> None:
         Observation(text="x"), Observation(text=deep), CompareContext(action=TextAction(text="a"))
     )
     assert result.drift
+
+
+def test_a_flag_flipped_on_one_of_several_alike_elements_drifts() -> None:
+    """The checkboxes of a settings list share class, resource id and (no) text: they are
+    matched in order, so the first one's lost check is not hidden behind the last one."""
+
+    def rows(first_checked: bool) -> str:
+        return "\n".join(
+            element(
+                i,
+                "",
+                "CheckBox",
+                "android:id/checkbox",
+                (936, 448 + 200 * i, 1032, 544 + 200 * i),
+                checked=first_checked if i == 0 else False,
+            )
+            for i in range(3)
+        )
+
+    result = compare(rows(True), rows(False))
+    assert result.drift and result.metrics["flag_agreement"] == pytest.approx(2 / 3)
+    assert result.reasons == ["flags CheckBox:: checked,enabled != enabled"]
