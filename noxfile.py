@@ -106,6 +106,7 @@ def search(session: nox.Session) -> None:
 # busy cores); a script's own flags give the figures of the README (see its docstring).
 BENCHMARK_ARGS: dict[str, list[str]] = {
     "agent_devset.py": [],
+    "android_devset.py": [],
     "analysis_scale.py": ["--trajectories", "1000", "--depth", "50"],
     "browser_latency.py": ["--trajectories", "2"],
     "calibrate.py": ["--dry-run", "--cache", ".nox/benchmarks/replays"],
