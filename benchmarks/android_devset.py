@@ -32,7 +32,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_devset import oracle
-from wm_devset import difflib_gap_texts, kappa, named, rapidfuzz_gap_texts
+from wm_devset import (
+    agreement_line,
+    difflib_gap_texts,
+    named,
+    precision_recall_f1,
+    rapidfuzz_gap_texts,
+)
 
 from devsets.android.load import AndroidPair, load_pairs
 from fidelity.compare.android import AndroidComparator
@@ -52,17 +58,9 @@ class Row:
 
 def agreement(pairs: Sequence[AndroidPair]) -> str:
     """The two labellers' agreement on every doubly labelled step."""
-    both = [p for p in pairs if p.label_a is not None and p.label_b is not None]
-    a = [p.label_a.label for p in both if p.label_a is not None]
-    b = [p.label_b.label for p in both if p.label_b is not None]
-    drift_a = ["drift" if x == "drift" else "no" for x in a]
-    drift_b = ["drift" if x == "drift" else "no" for x in b]
-    same = sum(x == y for x, y in zip(a, b, strict=True))
-    same_drift = sum(x == y for x, y in zip(drift_a, drift_b, strict=True))
-    return (
-        f"labellers: {len(both)} steps labelled twice; three-way agreement {same}/{len(both)} "
-        f"(kappa {kappa(a, b):.3f}); drift/no-drift {same_drift}/{len(both)} "
-        f"(kappa {kappa(drift_a, drift_b):.3f})"
+    both = [(p.label_a, p.label_b) for p in pairs]
+    return agreement_line(
+        [a.label for a, b in both if a and b], [b.label for a, b in both if a and b]
     )
 
 
@@ -80,13 +78,7 @@ def score(pairs: Sequence[AndroidPair]) -> list[Row]:
 
 def verdict_line(name: str, flagged: Sequence[bool], rows: Sequence[Row]) -> str:
     """Precision, recall, F1, false alarms on quiet steps and on the volatile pairs."""
-    labels = [r.drift for r in rows]
-    tp = sum(f and y for f, y in zip(flagged, labels, strict=True))
-    fp = sum(f and not y for f, y in zip(flagged, labels, strict=True))
-    fn = sum(y and not f for f, y in zip(flagged, labels, strict=True))
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    precision, recall, f1 = precision_recall_f1(flagged, [r.drift for r in rows])
     quiet = [f for f, r in zip(flagged, rows, strict=True) if not r.drift]
     pairs = [f for f, r in zip(flagged, rows, strict=True) if r.pair.kind == "volatile"]
     return (
@@ -98,9 +90,7 @@ def verdict_line(name: str, flagged: Sequence[bool], rows: Sequence[Row]) -> str
 
 def f1(flagged: Sequence[bool], rows: Sequence[Row]) -> float:
     """Drift F1 of *flagged* against the labels of *rows*."""
-    tp = sum(f and r.drift for f, r in zip(flagged, rows, strict=True))
-    wrong = sum(f != r.drift for f, r in zip(flagged, rows, strict=True))
-    return 2 * tp / (2 * tp + wrong) if tp else 0.0
+    return precision_recall_f1(flagged, [r.drift for r in rows])[2]
 
 
 def entity_lines(rows: Sequence[Row]) -> list[str]:

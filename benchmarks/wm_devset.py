@@ -83,13 +83,18 @@ def agreement(pairs: Sequence[WMPair]) -> str:
     both = [p for p in pairs if len(p.labels) >= 2]
     a = [next(iter(p.labels.values())).label for p in both]
     b = [list(p.labels.values())[1].label for p in both]
+    return agreement_line(a, b)
+
+
+def agreement_line(a: Sequence[str], b: Sequence[str]) -> str:
+    """Three-way and drift/no-drift agreement of two labellings of the same steps."""
     drift_a = ["drift" if x == "drift" else "no" for x in a]
     drift_b = ["drift" if x == "drift" else "no" for x in b]
     same = sum(x == y for x, y in zip(a, b, strict=True))
     same_drift = sum(x == y for x, y in zip(drift_a, drift_b, strict=True))
     return (
-        f"labellers: {len(both)} steps labelled twice; three-way agreement {same}/{len(both)} "
-        f"(kappa {kappa(a, b):.3f}); drift/no-drift {same_drift}/{len(both)} "
+        f"labellers: {len(a)} steps labelled twice; three-way agreement {same}/{len(a)} "
+        f"(kappa {kappa(a, b):.3f}); drift/no-drift {same_drift}/{len(a)} "
         f"(kappa {kappa(drift_a, drift_b):.3f})"
     )
 
@@ -142,14 +147,21 @@ def held_out(
     return flagged
 
 
-def verdict_line(name: str, flagged: Sequence[bool], rows: Sequence[Row]) -> str:
-    labels = [r.pair.drift for r in rows]
+def precision_recall_f1(
+    flagged: Sequence[bool], labels: Sequence[bool]
+) -> tuple[float, float, float]:
+    """Drift precision, recall and F1 of *flagged* against *labels*."""
     tp = sum(f and y for f, y in zip(flagged, labels, strict=True))
     fp = sum(f and not y for f, y in zip(flagged, labels, strict=True))
     fn = sum(y and not f for f, y in zip(flagged, labels, strict=True))
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def verdict_line(name: str, flagged: Sequence[bool], rows: Sequence[Row]) -> str:
+    precision, recall, f1 = precision_recall_f1(flagged, [r.pair.drift for r in rows])
     quiet = [f for f, r in zip(flagged, rows, strict=True) if not r.pair.drift]
     return (
         f"  {name:<28} {precision:>9.4f} {recall:>7.4f} {f1:>7.4f} "
