@@ -49,7 +49,12 @@ from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.entities import MAX_ENTITIES
 from fidelity.compare.structured import listed, overlap, shown
-from fidelity.compare.terminal import TerminalComparator, hard_mismatches, reorder_reasons
+from fidelity.compare.terminal import (
+    TerminalComparator,
+    blank_lines_changed,
+    hard_mismatches,
+    reorder_reasons,
+)
 from fidelity.model import Observation
 
 HUNK_THRESHOLD = 0.8
@@ -190,7 +195,7 @@ class SweComparator:
         )
         if self.calibration is None:
             return result
-        hard = hard_mismatches(real, sim) + flips
+        hard = hard_mismatches(real, sim) + flips + blank_lines_changed(metrics)
         if real.state is not None and sim.state is not None:
             # recorded repository state is not volatile: a diff it disagrees on is real drift
             hard += diff_reasons + listed("one side only:", sorted(sim_only | real_only))

@@ -156,7 +156,7 @@ class TerminalComparator:
         hallucinations = with_hex(hallucinations, sim.text)
         omissions = with_hex(real_side[:MAX_ENTITIES], real.text)
         shown = sorted(stale)
-        hard = self._mismatches(score, exit_match, real, sim)
+        hard = self._mismatches(score, exit_match, real, sim) + blank_lines_changed(metrics)
         if self.calibration is None:
             reasons = [*hard, *_findings(hallucinations, omissions, shown)]
             reasons += reorder_reasons(metrics) if reasons else []
@@ -223,6 +223,16 @@ class TerminalComparator:
         if self.calibration is None and score < self.threshold:
             reasons.append(f"score {score:.2f} < {self.threshold:.2f}")
         return reasons + hard_mismatches(real, sim)
+
+
+def blank_lines_changed(metrics: dict[str, float]) -> list[str]:
+    """``blank lines differ: n`` when the normalized texts differ only in empty lines
+    (a leading or inner blank line: the trailing ones are normalized away), which the
+    rubric calls drift and no amount of changed characters shows."""
+    lines = metrics.get("lines_changed", 0.0)
+    if lines and not metrics.get("chars_changed", 0.0) and not metrics.get("lines_reordered"):
+        return [f"blank lines differ: {lines:.0f}"]
+    return []
 
 
 _MEMO_LIMIT = 65_536

@@ -50,6 +50,24 @@ def test_whitespace_is_the_same_text_and_counted(
     assert counted.items() <= result.normalizations.items()
 
 
+@pytest.mark.parametrize("domain", ("terminal", "swe"))
+@pytest.mark.parametrize(
+    ("name", "real", "sim"),
+    [
+        ("leading", "\nflag{abc}\n", "flag{abc}\n"),  # a real CTF step the labellers call drift
+        ("inner", "a = 1\n\nb = 2\n", "a = 1\nb = 2\n"),
+    ],
+)
+def test_a_blank_line_anywhere_but_the_end_drifts(
+    domain: str, name: str, real: str, sim: str
+) -> None:
+    """The rubric excuses only whitespace at the end; no character differs, so no amount or
+    entity shows it: it is a mismatch of its own."""
+    result = get_comparator(domain).compare(obs(real), obs(sim), context("cat a.py"))
+    assert result.drift, name
+    assert "blank lines differ: 1" in result.reasons
+
+
 def test_all_whitespace_rules_count_on_one_text() -> None:
     comparison = get_comparator("terminal").compare(
         obs("a = 1  \r\nb = 2\r\n"), obs("a = 1\nb = 2\t\n \n\n"), context("cat a.py")
