@@ -42,7 +42,7 @@ from devsets.calibration.devset_agents import agent_pairs, load_runs
 from devsets.calibration.fit import UNCALIBRATED, Scored, fit_calibration
 from devsets.wm.load import WMPair, load_pairs
 from fidelity.compare.calibration import comparison_vector
-from fidelity.compare.terminal import hard_mismatches
+from fidelity.compare.terminal import blank_lines_changed, hard_mismatches
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,10 @@ def score(pairs: Sequence[WMPair], domain: str) -> list[Row]:
     rows = []
     for p in pairs:
         c = comparator.compare(p.real, p.sim, p.context)
-        hard = bool(hard_mismatches(p.real, p.sim)) or c.metrics.get("tests_flipped", 0.0) > 0
+        hard = (
+            bool(hard_mismatches(p.real, p.sim) or blank_lines_changed(c.metrics))
+            or c.metrics.get("tests_flipped", 0.0) > 0
+        )
         pair = Pair(p.trajectory_id, p.depth, p.real, p.sim, p.context, p.drift, p.label)
         rows.append(
             Row(

@@ -16,6 +16,12 @@ evaluation time (:mod:`devsets.wm.load`), so no recorded observation is copied
 into the project.
 
     python devsets/wm/build_tasks.py --out /tmp/wm-tasks [--seed 11]
+    python devsets/wm/build_tasks.py --out /tmp/wm-tasks-2 --more --seed 12
+
+``--more`` builds a further round from what ``predictions/`` does not cover yet; its
+shards are numbered after the existing prediction files, and the terminal runs'
+open-loop tasks come in a shard of their own (its predictor sees no teacher-forced
+prompt, so no real observation, of those runs).
 """
 
 from __future__ import annotations
@@ -60,9 +66,16 @@ def prompt_text(messages: list[dict[str, str]]) -> str:
     return "\n\n".join(f"===== {m['role'].upper()} =====\n{m['content']}" for m in messages)
 
 
-def teacher_forced(run: Run, picks: int, rng: random.Random) -> list[dict[str, object]]:
+def teacher_forced(
+    run: Run, picks: int, rng: random.Random, skip: frozenset[str] = frozenset()
+) -> list[dict[str, object]]:
+    """Up to *picks* steps of *run*, each after its real history (task ids in *skip* aside)."""
     t = run.trajectory
-    indices = [i for i in range(len(t.steps)) if usable(t, i)]
+    indices = [
+        i
+        for i in range(len(t.steps))
+        if usable(t, i) and f"{t.domain}|tf|{t.id}|{i + 1}" not in skip
+    ]
     tasks = []
     for index in sorted(rng.sample(indices, min(picks, len(indices)))):
         history = t.steps[:index]
@@ -109,17 +122,12 @@ def open_loop(run: Run, depth: int) -> dict[str, object] | None:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--swe-runs", type=int, default=44)
-    parser.add_argument("--shards", type=int, default=3)
-    args = parser.parse_args()
-    rng = random.Random(args.seed)
-    runs = domain_runs()
+def first_round(
+    runs: dict[str, list[Run]], rng: random.Random, swe_runs: int
+) -> list[list[dict[str, object]]]:
+    """The first round's tasks, grouped by run (a run's tasks go to one predictor)."""
     tasks: list[dict[str, object]] = []
-    swe = rng.sample(runs["swe"], args.swe_runs)
+    swe = rng.sample(runs["swe"], swe_runs)
     for run in swe[:36]:
         tasks += teacher_forced(run, 2, rng)
     for run in swe[36:]:
@@ -130,19 +138,76 @@ def main() -> None:
     for run in runs["terminal"]:
         if (task := open_loop(run, 3)) is not None:
             tasks.append(task)
-    shards: list[list[dict[str, object]]] = [[] for _ in range(args.shards)]
+    return list(_by_run(tasks).values())
+
+
+def further_round(
+    runs: dict[str, list[Run]], rng: random.Random, predicted: frozenset[str]
+) -> tuple[list[list[dict[str, object]]], list[dict[str, object]]]:
+    """Tasks no prediction covers yet: swe runs never used (30 teacher-forced, 10 open-loop),
+    up to 5 more teacher-forced steps of each terminal run, and, apart (for a predictor
+    that sees no teacher-forced prompt of those runs), the terminal runs open-loop."""
+    used = {task.split("|")[2] for task in predicted}
+    fresh = [r for r in runs["swe"] if r.trajectory.id not in used]
+    swe = rng.sample(fresh, min(40, len(fresh)))
+    tasks: list[dict[str, object]] = []
+    for run in swe[:30]:
+        tasks += teacher_forced(run, 2, rng)
+    for run in swe[30:]:
+        if (task := open_loop(run, 4)) is not None:
+            tasks.append(task)
+    for run in runs["terminal"]:
+        tasks += teacher_forced(run, 5, rng, predicted)
+    apart = [t for run in runs["terminal"] if (t := open_loop(run, 3)) is not None]
+    return list(_by_run(tasks).values()), apart
+
+
+def _by_run(tasks: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]:
     by_run: dict[str, list[dict[str, object]]] = {}
     for task in tasks:
         by_run.setdefault(str(task["task"]).split("|")[2], []).append(task)
-    for group in sorted(by_run.values(), key=len, reverse=True):
+    return by_run
+
+
+def write_shard(folder: Path, shard: list[dict[str, object]]) -> None:
+    """One predictor's task files, in the order it must answer them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, task in enumerate(shard, start=1):
+        (folder / f"{k:03d}.json").write_text(json.dumps(task, indent=1, ensure_ascii=False))
+    steps = sum(len(t.get("ids", [0])) for t in shard)  # type: ignore[arg-type]
+    print(f"{folder.name}: {len(shard)} tasks, {steps} predictions")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--swe-runs", type=int, default=44)
+    parser.add_argument("--shards", type=int, default=3)
+    parser.add_argument(
+        "--more",
+        action="store_true",
+        help="a further round: only runs and steps no prediction in predictions/ covers",
+    )
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    runs = domain_runs()
+    apart: list[dict[str, object]] = []
+    first = 0
+    if args.more:
+        from devsets.wm.load import load_predictions
+
+        groups, apart = further_round(runs, rng, frozenset(load_predictions()))
+        first = len(list((Path(__file__).parent / "predictions").glob("*.jsonl")))
+    else:
+        groups = first_round(runs, rng, args.swe_runs)
+    shards: list[list[dict[str, object]]] = [[] for _ in range(args.shards)]
+    for group in sorted(groups, key=len, reverse=True):
         min(shards, key=lambda s: sum(len(json.dumps(x)) for x in s)).extend(group)
-    for n, shard in enumerate(shards):
-        folder = args.out / f"shard{n}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for k, task in enumerate(shard, start=1):
-            (folder / f"{k:03d}.json").write_text(json.dumps(task, indent=1, ensure_ascii=False))
-        steps = sum(len(t.get("ids", [0])) for t in shard)  # type: ignore[arg-type]
-        print(f"shard{n}: {len(shard)} tasks, {steps} predictions")
+    if apart:
+        shards.append(apart)
+    for n, shard in enumerate(shards, start=first):
+        write_shard(args.out / f"shard{n}", shard)
 
 
 if __name__ == "__main__":

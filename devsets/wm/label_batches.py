@@ -4,13 +4,16 @@ Each sheet shows the action, the earlier actions (context), the real
 observation and the simulated one (as the audit parses it), and nothing of
 fidelity's own verdict. Labellers answer in ``labels/<domain>-<labeller>.jsonl``.
 
-    python devsets/wm/label_batches.py --out /tmp/wm-label
+    python devsets/wm/label_batches.py --out /tmp/wm-label [--unlabelled]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: devsets/
 
 from devsets.wm.load import WMPair, load_pairs
 
@@ -32,8 +35,11 @@ def sheet(pair: WMPair) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--unlabelled", action="store_true", help="only steps nobody labelled yet")
     args = parser.parse_args()
     for pair in load_pairs(labelled_only=False):
+        if args.unlabelled and pair.labels:
+            continue
         folder = args.out / pair.domain
         folder.mkdir(parents=True, exist_ok=True)
         name = pair.task.replace("|", "_").replace("/", "_") + ".txt"

@@ -95,12 +95,34 @@ def read_jsonl(path: Path) -> list[dict[str, object]]:
 
 
 def load_predictions(root: Path = HERE) -> dict[str, str]:
-    """Every prediction's answer by task id (a task answered twice keeps its first answer)."""
-    answers: dict[str, str] = {}
+    """Every usable prediction's answer by task id (see :func:`usable_answers`)."""
+    return usable_answers(root)
+
+
+def usable_answers(root: Path = HERE) -> dict[str, str]:
+    """Each task's first answer by a predictor that had not seen its real observation.
+
+    An open-loop answer is unusable when its predictor (its file) also answered a
+    teacher-forced step of the same run: those prompts hold the run's real observations.
+    A task answered by several predictors keeps the first usable answer, in file order.
+    """
+    answers: dict[str, list[tuple[str, str]]] = {}
     for path in sorted((root / "predictions").glob("*.jsonl")):
         for row in read_jsonl(path):
-            answers.setdefault(str(row["task"]), str(row["answer"]))
-    return answers
+            answers.setdefault(str(row["task"]), []).append((str(row["answer"]), path.stem))
+    forced = {
+        (who, task.split("|")[2])
+        for task, got in answers.items()
+        if "|tf|" in task
+        for _, who in got
+    }
+    usable: dict[str, str] = {}
+    for task, got in answers.items():
+        run = task.split("|")[2]
+        clean = [a for a, who in got if "|ol|" not in task or (who, run) not in forced]
+        if clean:
+            usable[task] = clean[0]
+    return usable
 
 
 def load_labels(root: Path = HERE) -> dict[str, dict[str, Label]]:
@@ -132,16 +154,13 @@ def runs_by_id() -> dict[str, tuple[str, Trajectory]]:
 
 def load_pairs(root: Path = HERE, labelled_only: bool = True) -> list[WMPair]:
     """Every predicted step with its real observation and its labels."""
-    answers = load_predictions(root)
+    answers = usable_answers(root)
     labels = load_labels(root)
     runs = runs_by_id()
     own: dict[str, list[Step]] = {}  # open-loop: the model's own history per run
-    forced = {task.split("|")[2] for task in answers if task.split("|")[1] == "tf"}
     pairs = []
     for task in sorted(answers, key=_order):
         domain, mode, run_id, depth_text = task.split("|")
-        if mode == "ol" and run_id in forced:
-            continue  # its predictor saw the run's real observations in teacher-forced prompts
         depth = int(depth_text)
         group, trajectory = runs[run_id]
         step = trajectory.steps[depth - 1]
