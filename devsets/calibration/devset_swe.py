@@ -51,6 +51,8 @@ _PYTEST_OUTCOME_RE = re.compile(r"(?<=\s)(PASSED|FAILED)\b")
 _REPO_RE = re.compile(r"/repos/([\w.-]+)")
 _DURATION_RE = re.compile(r"\b(in |took )(\d+\.\d+)(s\b)")
 _HEX_RE = re.compile(r"\b(?:index |commit )?([0-9a-f]{7,40})\b")
+BLOB_LINE = re.compile(r"index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?![\w.])")
+"""A diff's ``index`` line (blob ids of the file before and after)."""
 _ADDRESS_RE = re.compile(r"\b0x[0-9a-f]{6,16}\b")
 _TMP_RE = re.compile(r"/tmp/tmp[\w]{6,10}")
 
@@ -180,14 +182,23 @@ def invented_traceback(obs: Observation, history: list[Step], rng: random.Random
 def vary_volatile(obs: Observation, rng: random.Random) -> Observation | None:
     """The same output with what differs between real runs varied: durations, ids, addresses.
 
-    Test durations (``Ran 15 tests in 0.005s``), hexadecimal ids (commit and blob
-    hashes), memory addresses and temporary paths; None when the text has none.
+    Test durations (``Ran 15 tests in 0.005s``), hexadecimal ids (commit hashes and the
+    like), memory addresses and temporary paths; None when the text has none. A diff's
+    ``index`` line keeps its blob ids: they hash the file's content, the same in every run
+    that writes the same file (an id is still drawn, so the other draws stay as they were).
     """
     text = _DURATION_RE.sub(lambda m: f"{m[1]}{rng.uniform(0.0005, 2.5):.3f}{m[3]}", obs.text)
-    text = _HEX_RE.sub(lambda m: m[0].replace(m[1], _hex_like(m[1], rng)), text)
+    text = _HEX_RE.sub(lambda m: _varied_id(m, _hex_like(m[1], rng)), text)
     text = _ADDRESS_RE.sub(lambda m: "0x7f" + _hex(rng, len(m[0]) - 4), text)
     text = _TMP_RE.sub(lambda m: "/tmp/tmp" + _hex(rng, len(m[0]) - 8), text)
     return None if text == obs.text else obs.model_copy(update={"text": text})
+
+
+def _varied_id(match: re.Match[str], new: str) -> str:
+    """*match* with its id replaced by *new*, unless it is a blob id of a diff's index line."""
+    text = match.string
+    line = text[text.rfind("\n", 0, match.start()) + 1 :].split("\n", 1)[0]
+    return match[0] if BLOB_LINE.match(line) else match[0].replace(match[1], new)
 
 
 def _hex_like(old: str, rng: random.Random) -> str:

@@ -305,3 +305,14 @@ def test_guards_never_change_a_result() -> None:
                 for match in regex.finditer(text):
                     line = text[text.rfind("\n", 0, match.start()) + 1 : match.end() + 1]
                     assert any(g in line for g in rule.guard), (rule.name, line)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_diffs_blob_ids_are_content_not_volatile(compiled: bool) -> None:
+    """A diff's ``index`` line hashes the file's content: kept; a commit id is still volatile."""
+    text = "diff --git a/x.py b/x.py\nindex a59f0c8dcb..4b3e6d5e9f 100644\ncommit 3f2a9c81d0e4\n"
+    normalizer = Normalizer(compiled=compiled, line_memo=compiled)
+    assert normalizer(text, "git diff") == (
+        "diff --git a/x.py b/x.py\nindex a59f0c8dcb..4b3e6d5e9f 100644\ncommit <HEX>\n",
+        {"hex_id": 1},
+    )

@@ -81,10 +81,15 @@ def test_diff_with_other_hunk_and_file() -> None:
     assert "file:shop/basket.py" in result.hallucinations
     assert "file:shop/cart.py" in result.omissions
     assert result.metrics["diff_file_f1"] == 0.0
-    assert (
-        compare(DIFF, DIFF.replace("3f2a1c9..8b7e4d0", "aaaaaaa..bbbbbbb"), "git diff").drift
-        is False
-    )
+
+
+def test_other_blob_ids_in_a_diff_are_drift_and_named() -> None:
+    """A diff's index line hashes the file's content (outside the hunks too): another run
+    writing the same file shows the same ids, so other ids are content, not volatile."""
+    result = compare(DIFF, DIFF.replace("3f2a1c9..8b7e4d0", "3f2a1c9..1234abc"), "git diff")
+    assert result.drift
+    assert "line:index 3f2a1c9..1234abc 100644" in result.hallucinations
+    assert "line:index 3f2a1c9..8b7e4d0 100644" in result.omissions
 
 
 def test_parsers() -> None:
