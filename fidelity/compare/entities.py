@@ -209,6 +209,8 @@ def _extract(text: str, command: str | None, kinds: Set[str] | None) -> set[str]
     found: set[str] = set()
     if kinds is None or not kinds.isdisjoint(_KIND_OF_GROUP):
         found = _COMPILED(text) if _COMPILED is not None and text.isascii() else _regex_found(text)
+        if ".." in text:  # `a59f0c8..4b3e6d5` (a diff's index line, `git log A..B`) is no file
+            found = {e for e in found if not _REVISION_RANGE.fullmatch(e)}
     if kinds is None or "errmsg" in kinds:
         found.update("errmsg:" + m for m in _error_messages(text))
     if kinds is None or "file" in kinds:
@@ -222,6 +224,10 @@ def _extract(text: str, command: str | None, kinds: Set[str] | None) -> set[str]
     if kinds is None or not kinds.isdisjoint(_CODE_KINDS):
         found.update(code_entities(text))
     return found
+
+
+_REVISION_RANGE = re.compile(r"file:[0-9a-f]{7,64}\.\.\.?[0-9a-f]{7,64}")
+"""A git revision range read as a file name with an extension."""
 
 
 def _regex_found(text: str) -> set[str]:

@@ -158,3 +158,9 @@ def test_pathological_inputs_stay_linear(text: str) -> None:
     """Regexes must not backtrack quadratically (a regression makes this test take minutes)."""
     normalized, _ = normalize(text)
     extract(normalized, "ls -la")
+
+
+def test_a_git_revision_range_is_not_a_file() -> None:
+    found = extract("index 3f2a1c9..8b7e4d0 100644\ngit log a59f0c8...4b3e6d5\nsee config.yaml\n")
+    assert not any(e.startswith("file:") and ".." in e for e in found), found
+    assert "file:config.yaml" in found
