@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
+from fidelity.store import ReplayedRecord, Store
 from tests.conftest import audit_argv, command_trajectory
 from tests.test_chaos import kill_reaper, processes_with
 
@@ -139,12 +140,8 @@ def test_ctrl_c_of_the_retrieval_audit_keeps_every_finished_replay(
     write_trajectories(suite, [*quick, command_trajectory("blocked", "sleep 600")])
     argv = ["audit", str(suite), "--db", str(db), "--run-id", "r", "--concurrency", "4"]
     argv += ["--report", str(tmp_path / "r.html")]
-    poller = threading.Thread(target=interrupt_when_stored, args=(db, 3))
-    poller.start()
-    try:
-        first = CliRunner().invoke(app, [*argv, "--timeout", "900"])
-    finally:
-        poller.join()
+    interrupt_once_stored(monkeypatch, 3)
+    first = CliRunner().invoke(app, [*argv, "--timeout", "900"])
     assert first.exit_code == 130, first.output
     assert first.stderr.splitlines()[-1] == (
         "interrupted: sandboxes stopped; 0 of 4 trajectories stored whole, 3 more replayed "
@@ -169,24 +166,26 @@ def test_ctrl_c_of_the_retrieval_audit_keeps_every_finished_replay(
     assert json.loads(second.stdout)["summary"]["totals"]["trajectories"] == 4
 
 
-def interrupt_when_stored(db: Path, count: int) -> None:
-    """Poll the audit's own database (same process, same DuckDB instance) until *count*
-    real replays are stored, then send this process SIGINT, as Ctrl-C does."""
-    deadline = time.monotonic() + 300  # a hang guard, not a speed requirement
-    while time.monotonic() < deadline:
-        if db.exists():
-            try:
-                with duckdb.connect(str(db)) as con:
-                    stored = con.execute(
-                        "SELECT count(*) FROM trajectories WHERE status = 'replayed'"
-                    ).fetchone()
-            except duckdb.Error:  # the audit has not created the tables yet
-                stored = None
-            if stored is not None and stored[0] >= count:
+def interrupt_once_stored(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """Send this process SIGINT, as Ctrl-C does, right after the audit has committed its
+    *count*-th real replay (``Store.write_replayed`` returns once the row is committed).
+
+    The audit's own file cannot be opened beside it: its writer attaches the file to an
+    in-memory database, and DuckDB refuses a second handle on it in one process (a poller
+    doing so never saw a row, and only its 300 s guard ended the audit).
+    """
+    original = Store.write_replayed
+    stored: list[str] = []
+    lock = threading.Lock()
+
+    def write_replayed(self: Store, run_id: str, record: ReplayedRecord) -> None:
+        original(self, run_id, record)
+        with lock:
+            stored.append(record.trajectory.id)
+            if len(stored) == count:
                 os.kill(os.getpid(), signal.SIGINT)
-                return
-        time.sleep(0.05)
-    os.kill(os.getpid(), signal.SIGINT)  # end the audit; the test then fails on its counts
+
+    monkeypatch.setattr(Store, "write_replayed", write_replayed)
 
 
 def replayed_texts(db: Path) -> dict[str, str]:
