@@ -18,6 +18,7 @@ from devsets.calibration.devset import (
     dropped_lines,
     stale_state,
 )
+from fidelity.compare.normalize import BLOB_IDS
 from fidelity.compare.swe import pass_fail_map
 from fidelity.model import Observation, Step
 
@@ -51,8 +52,6 @@ _PYTEST_OUTCOME_RE = re.compile(r"(?<=\s)(PASSED|FAILED)\b")
 _REPO_RE = re.compile(r"/repos/([\w.-]+)")
 _DURATION_RE = re.compile(r"\b(in |took )(\d+\.\d+)(s\b)")
 _HEX_RE = re.compile(r"\b(?:index |commit )?([0-9a-f]{7,40})\b")
-BLOB_LINE = re.compile(r"index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?![\w.])")
-"""A diff's ``index`` line (blob ids of the file before and after)."""
 _ADDRESS_RE = re.compile(r"\b0x[0-9a-f]{6,16}\b")
 _TMP_RE = re.compile(r"/tmp/tmp[\w]{6,10}")
 
@@ -197,8 +196,8 @@ def vary_volatile(obs: Observation, rng: random.Random) -> Observation | None:
 def _varied_id(match: re.Match[str], new: str) -> str:
     """*match* with its id replaced by *new*, unless it is a blob id of a diff's index line."""
     text = match.string
-    line = text[text.rfind("\n", 0, match.start()) + 1 :].split("\n", 1)[0]
-    return match[0] if BLOB_LINE.match(line) else match[0].replace(match[1], new)
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    return match[0] if BLOB_IDS.match(text, line_start) else match[0].replace(match[1], new)
 
 
 def _hex_like(old: str, rng: random.Random) -> str:

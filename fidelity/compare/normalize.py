@@ -494,7 +494,7 @@ def _passes(rules: Sequence[Rule]) -> list[_Pass]:
     return [_Pass(group) for group in groups]
 
 
-_BLOB_IDS = re.compile(r"^(index )([0-9a-f]{7,64})\.\.([0-9a-f]{7,64})(?![\w.])", re.MULTILINE)
+BLOB_IDS = re.compile(r"^(index )([0-9a-f]{7,64})\.\.([0-9a-f]{7,64})(?![\w.])", re.MULTILINE)
 """A diff's ``index`` line: the blob ids of a file before and after, hashes of its content.
 Two runs that write the same file show the same ids, so by the rubric they are not volatile:
 they are kept from the hex-id rules (the file's lines differ exactly where they do)."""
@@ -569,9 +569,11 @@ class Normalizer:
 
     def __call__(self, text: str, command: str | None = None) -> tuple[str, dict[str, int]]:
         """``(normalized text, substitutions per rule name)``; see :func:`normalize`."""
-        if ("\nindex " in text or text.startswith("index ")) and _BLOB_IDS.search(text):
-            marked, counts = self._normalized(_BLOB_IDS.sub(_BLOB_MARKED, text), command)
-            return marked.replace(_BLOB_MARK, ""), counts
+        if "\nindex " in text or text.startswith("index "):
+            marked, found = BLOB_IDS.subn(_BLOB_MARKED, text)
+            if found:
+                normalized, counts = self._normalized(marked, command)
+                return normalized.replace(_BLOB_MARK, ""), counts
         return self._normalized(text, command)
 
     def _normalized(self, text: str, command: str | None) -> tuple[str, dict[str, int]]:
