@@ -31,14 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent_devset import oracle
-from wm_devset import (
-    agreement_line,
-    difflib_gap_texts,
-    named,
-    precision_recall_f1,
-    rapidfuzz_gap_texts,
-)
+from wm_devset import agreement_line, baselines, named, precision_recall_f1
 
 from devsets.android.load import AndroidPair, load_pairs
 from fidelity.compare.android import AndroidComparator
@@ -58,10 +51,8 @@ class Row:
 
 def agreement(pairs: Sequence[AndroidPair]) -> str:
     """The two labellers' agreement on every doubly labelled step."""
-    both = [(p.label_a, p.label_b) for p in pairs]
-    return agreement_line(
-        [a.label for a, b in both if a and b], [b.label for a, b in both if a and b]
-    )
+    both = [(p.label_a.label, p.label_b.label) for p in pairs if p.label_a and p.label_b]
+    return agreement_line([a for a, _ in both], [b for _, b in both])
 
 
 def score(pairs: Sequence[AndroidPair]) -> list[Row]:
@@ -95,7 +86,7 @@ def f1(flagged: Sequence[bool], rows: Sequence[Row]) -> float:
 
 def entity_lines(rows: Sequence[Row]) -> list[str]:
     """Invented-content recall and false hallucinations on faithful steps."""
-    wanted = [(h, r) for r in rows if r.drift for h in _listed(r.pair)]
+    wanted = [(h, r) for r in rows if r.drift for h in r.pair.hallucinations()]
     found = sum(named(h, r.hallucinations) for h, r in wanted)
     faithful = [r for r in rows if not r.drift]
     false = sum(bool(r.hallucinations) for r in faithful)
@@ -104,14 +95,6 @@ def entity_lines(rows: Sequence[Row]) -> list[str]:
         f"  hallucinations reported on faithful steps {false / max(1, len(faithful)):.2%} "
         f"({false}/{len(faithful)})",
     ]
-
-
-def _listed(pair: AndroidPair) -> list[str]:
-    """The hallucinations the labellers listed (both, each item once)."""
-    items = [
-        h for label in pair.labels.values() if label.label == "drift" for h in label.hallucinations
-    ]
-    return list(dict.fromkeys(items))
 
 
 def per_source(flagged: Sequence[bool], rows: Sequence[Row]) -> str:
@@ -146,14 +129,11 @@ def main() -> None:
     )
     flagged = [r.flagged for r in rows]
     print(verdict_line("fidelity (fixed threshold)", flagged, rows))
-    exact = [r.pair.real.text != r.pair.sim.text for r in rows]
-    print(verdict_line("exact match", exact, rows))
-    stripped = [r.pair.real.text.strip() != r.pair.sim.text.strip() for r in rows]
-    print(verdict_line("exact match, ends stripped", stripped, rows))
-    diff = [difflib_gap_texts(r.pair.real.text, r.pair.sim.text) for r in rows]
-    print(verdict_line("difflib line ratio (oracle)", oracle(diff, labels), rows))
-    fuzz = [rapidfuzz_gap_texts(r.pair.real.text, r.pair.sim.text) for r in rows]
-    print(verdict_line("rapidfuzz ratio (oracle)", oracle(fuzz, labels), rows))
+    texts = [(r.pair.real.text, r.pair.sim.text) for r in rows]
+    exact, *fuzzy = baselines(texts, labels)
+    stripped = [real.strip() != sim.strip() for real, sim in texts]
+    for name, baseline in [exact, ("exact match, ends stripped", stripped), *fuzzy]:
+        print(verdict_line(name, baseline, rows))
     for text in entity_lines(rows):
         print(text)
     print("  per source:")

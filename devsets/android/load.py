@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devsets.wm.load import Label, load_labels, read_jsonl
+from devsets.wm.load import Label, agreed_label, load_labels, read_jsonl, union
 from fidelity.errors import MalformedPredictionError
 from fidelity.model import AndroidAction, Observation
 from fidelity.worldmodels.prompting import parse_prediction
@@ -71,11 +71,12 @@ class AndroidPair:
 
     @property
     def label(self) -> str:
-        """The agreed label: drift when any labeller says drift, else the first's."""
-        found = [lab.label for lab in self.labels.values()]
-        if "drift" in found:
-            return "drift"
-        return found[0] if found else ""
+        """The agreed label (see :func:`~devsets.wm.load.agreed_label`)."""
+        return agreed_label(self.labels)
+
+    def hallucinations(self) -> list[str]:
+        """The labellers' hallucinations together, in order, without repeats."""
+        return union(lab.hallucinations for lab in self.labels.values())
 
 
 def _action(row: dict[str, Any], where: str) -> AndroidAction | None:

@@ -57,11 +57,8 @@ class WMPair:
 
     @property
     def label(self) -> str:
-        """The agreed label: drift when any labeller says drift, else the first's."""
-        found = [lab.label for lab in self.labels.values()]
-        if "drift" in found:
-            return "drift"
-        return found[0] if found else ""
+        """The agreed label (see :func:`agreed_label`)."""
+        return agreed_label(self.labels)
 
     @property
     def drift(self) -> bool:
@@ -69,13 +66,22 @@ class WMPair:
 
     def hallucinations(self) -> list[str]:
         """The union of the labellers' hallucinations, in order, without repeats."""
-        return _union(lab.hallucinations for lab in self.labels.values())
+        return union(lab.hallucinations for lab in self.labels.values())
 
     def omissions(self) -> list[str]:
-        return _union(lab.omissions for lab in self.labels.values())
+        return union(lab.omissions for lab in self.labels.values())
 
 
-def _union(lists: Iterable[tuple[str, ...]]) -> list[str]:
+def agreed_label(labels: dict[str, Label]) -> str:
+    """Drift when any labeller says drift, else the first labeller's label ("" for none)."""
+    found = [lab.label for lab in labels.values()]
+    if "drift" in found:
+        return "drift"
+    return found[0] if found else ""
+
+
+def union(lists: Iterable[tuple[str, ...]]) -> list[str]:
+    """The items of *lists* in order, without repeats (the labellers' lists together)."""
     seen: dict[str, None] = {}
     for items in lists:
         for item in items:
@@ -95,11 +101,6 @@ def read_jsonl(path: Path) -> list[dict[str, object]]:
 
 
 def load_predictions(root: Path = HERE) -> dict[str, str]:
-    """Every usable prediction's answer by task id (see :func:`usable_answers`)."""
-    return usable_answers(root)
-
-
-def usable_answers(root: Path = HERE) -> dict[str, str]:
     """Each task's first answer by a predictor that had not seen its real observation.
 
     An open-loop answer is unusable when its predictor (its file) also answered a
@@ -154,7 +155,7 @@ def runs_by_id() -> dict[str, tuple[str, Trajectory]]:
 
 def load_pairs(root: Path = HERE, labelled_only: bool = True) -> list[WMPair]:
     """Every predicted step with its real observation and its labels."""
-    answers = usable_answers(root)
+    answers = load_predictions(root)
     labels = load_labels(root)
     runs = runs_by_id()
     own: dict[str, list[Step]] = {}  # open-loop: the model's own history per run
