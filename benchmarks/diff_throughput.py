@@ -13,20 +13,24 @@ in its own process and in the same run:
   ``json.loads``, ``difflib.SequenceMatcher(None, real, sim).ratio()`` per
   step, one JSON line per step to ``/dev/null``.
 
-Prints, per file size, steps per second of one core (the child's user + system
-CPU time, steady on a shared machine; process start and imports included, with
-bytecode caches written by a first run, as an installed CLI has them), its
-peak RSS, and the ratio fidelity/naive. The second size is ``--scale`` times the
-first: a streaming diff's peak RSS should barely move. Last, the marginal rate
+Prints, per file size and way, steps per second of wall time (what a user waits;
+``fidelity`` as a user runs it, which compares in one process per CPU from a
+simulated file of 1 MiB up, and ``-j 1``, one process) and of one core (user +
+system CPU time of the command and its worker processes, steadier on a shared
+machine; process start and imports included, with bytecode caches written by a
+first run, as an installed CLI has them), the peak RSS of its largest process,
+and the ratio fidelity/naive. The second size is ``--scale`` times the first: a
+streaming diff's peak RSS should barely move. Last, the marginal rate per core
 of each way between the two sizes (process start and imports cancelled out).
 
     python benchmarks/diff_throughput.py [--trajectories 200] [--depth 10] [--scale 4]
 
 ``--large N`` then runs ``fidelity diff --format jsonl`` alone on N trajectories
 (``--large 10000``: 100,000 steps, the scale the throughput target was set at)
-and prints its steps per second of one core, start-up included, and its peak
-RSS (``--repeats R``: the least CPU time of R runs, each shown: other tenants of a
-shared host only ever add to a run's CPU time); the difflib loop is not run at
+and prints its steps per second in wall time and per core, start-up included,
+beside ``--jobs 1`` (``--repeats R``: R runs of each, alternated, the least wall and
+CPU time standing, each run shown: other tenants of a shared host only ever add
+to a run's time); the difflib loop is not run at
 that size (it would take about 8 minutes), its marginal rate from the two sizes
 stands for it.
 
@@ -64,7 +68,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the dev-set builders
 
-from child_usage import run_measured
+from child_usage import Usage, run_measured
 from compare_throughput import build_pairs
 
 from fidelity.formats.jsonl import write_trajectories
@@ -146,10 +150,16 @@ def naive(real_path: str, sim_path: str) -> None:
 def timed(command: list[str]) -> tuple[float, float]:
     """``(CPU seconds, peak RSS MiB)`` of *command* run to completion, stdout to /dev/null
     (the peak its own, not this process's: see ``child_usage``)."""
+    usage = measured(command)
+    return usage.cpu, usage.peak_mib
+
+
+def measured(command: list[str]) -> Usage:
+    """Wall and CPU seconds (its worker processes' included) and peak RSS of *command*."""
     usage = run_measured(command, stdout=subprocess.DEVNULL)
     if usage.returncode != 0:
         raise SystemExit(f"{' '.join(command[:5])} failed (exit code {usage.returncode})")
-    return usage.cpu, usage.peak_mib
+    return usage
 
 
 def warm_bytecode(depth: int, seed: int) -> None:
@@ -252,16 +262,25 @@ def run_ways(
     print(f"{label}{steps:,} steps, ~{size:,} B per observation, {megabytes:.1f} MiB of JSONL")
     rates = {}
     cli = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "--format"]
+    walls = {}
     for way, command in (
         ("fidelity", [*cli, "jsonl"]),
+        ("-j 1", [*cli, "jsonl", "--jobs", "1"]),
         ("json", [*cli, "json"]),
         ("naive", [sys.executable, __file__, "--naive", str(real), str(sim)]),
     ):
-        cpu, rss = timed(command)
-        cpus.setdefault(way, []).append((steps, cpu))
-        rates[way] = steps / cpu
-        print(f"  {way:>8}: {cpu:6.2f} s CPU = {rates[way]:7,.0f} steps/s, peak RSS {rss:6.1f} MiB")
-    print(f"  ratio fidelity/naive: {rates['fidelity'] / rates['naive']:.2f}x")
+        usage = measured(command)
+        cpus.setdefault(way, []).append((steps, usage.cpu))
+        rates[way], walls[way] = steps / usage.cpu, steps / usage.wall
+        print(
+            f"  {way:>8}: {usage.wall:6.2f} s = {walls[way]:7,.0f} steps/s; "
+            f"{usage.cpu:6.2f} s CPU = {rates[way]:7,.0f} steps/s of one core; "
+            f"peak RSS {usage.peak_mib:6.1f} MiB"
+        )
+    print(
+        f"  ratio fidelity/naive: {walls['fidelity'] / walls['naive']:.2f}x in wall time, "
+        f"{rates['fidelity'] / rates['naive']:.2f}x per core"
+    )
 
 
 def main() -> None:
@@ -330,22 +349,31 @@ def run_large(
     trajectories: int, depth: int, seed: int, naive_rate: float, repeats: int = 1
 ) -> None:
     """``fidelity diff --format jsonl`` alone on *trajectories* × *depth* steps, *repeats*
-    times: the least CPU time stands (a busy host only ever adds to it), every run is shown."""
+    times alternated with ``--jobs 1``: of each, the least wall and the least CPU time stand
+    (a busy host only ever adds to them), every run is shown."""
     with tempfile.TemporaryDirectory() as folder:
         real, sim, size = write_files(Path(folder), trajectories, depth, seed)
         steps = trajectories * depth
         megabytes = (real.stat().st_size + sim.stat().st_size) / 2**20
         command = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "-f", "jsonl"]
-        runs = [timed(command) for _ in range(repeats)]
-    cpu, rss = min(runs)
+        ways = {"fidelity": command, "-j 1": [*command, "--jobs", "1"]}
+        runs: dict[str, list[Usage]] = {way: [] for way in ways}
+        for _ in range(repeats):
+            for way, each in ways.items():
+                runs[way].append(measured(each))
     print(f"{steps:,} steps, ~{size:,} B per observation, {megabytes:.0f} MiB of JSONL")
-    print(f"  fidelity: {cpu:6.2f} s CPU = {steps / cpu:7,.0f} steps/s, peak RSS {rss:6.1f} MiB")
-    if repeats > 1:
-        each = ", ".join(f"{steps / c:,.0f}" for c, _ in runs)
-        print(f"  (least CPU of {repeats} runs; each run: {each} steps/s)")
-    print(
-        f"  ratio fidelity/naive (the naive way's marginal rate): {steps / cpu / naive_rate:.2f}x"
-    )
+    for way, usages in runs.items():
+        wall, cpu = min(u.wall for u in usages), min(u.cpu for u in usages)
+        rss = max(u.peak_mib for u in usages)
+        print(
+            f"  {way:>8}: {wall:6.2f} s = {steps / wall:7,.0f} steps/s; {cpu:6.2f} s CPU = "
+            f"{steps / cpu:7,.0f} steps/s of one core; peak RSS {rss:6.1f} MiB"
+        )
+        if repeats > 1:
+            each = ", ".join(f"{steps / u.wall:,.0f}" for u in usages)
+            print(f"  ({way}: least of {repeats} runs; each run: {each} steps/s)")
+    best = steps / min(u.wall for u in runs["fidelity"])
+    print(f"  ratio fidelity/naive (the naive way's marginal rate): {best / naive_rate:.2f}x")
 
 
 def callgrind_instructions(root: Path, real: Path, sim: Path) -> int:

@@ -829,6 +829,16 @@ def diff(
         Path | None,
         typer.Option("--db", help="Also store the comparison as a run here (for judge, report)."),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Processes comparing steps (default: one per CPU for a simulated file "
+            "of 1 MiB or more, else 1). Rows come in the same order either way.",
+        ),
+    ] = None,
 ) -> None:
     """Compare two recordings of the same actions step by step."""
     from fidelity.compare import load_compare_config
@@ -859,7 +869,7 @@ def diff(
             sys.stdout.write("".join(text.row(row) for row in rows))
 
         on_rows = {"jsonl": write_rows, "json": write_json}[fmt] if streamed else held.extend
-        stored = store_diff(real, sim, store_db, config, on_rows=on_rows)
+        stored = store_diff(real, sim, store_db, config, on_rows=on_rows, jobs=jobs)
         if fmt == "json" and streamed:
             sys.stdout.write(text.end(stored.only_real, stored.only_sim) + "\n")
         err.print(f"stored as run {stored.run_id} in {_escape(stored.db)}")
@@ -867,15 +877,14 @@ def diff(
             return
         result = DiffResult(rows=held, only_real=stored.only_real, only_sim=stored.only_sim)
     elif fmt == "jsonl":  # streamed: memory flat in the files' size
-        for row in DiffStream(real, sim, config):
-            write_rows([row])
+        sys.stdout.writelines(DiffStream(real, sim, config, jobs).jsonl())
         return
     elif fmt == "json" and not _styled():  # streamed too, the same bytes
-        sys.stdout.writelines(json_chunks(DiffStream(real, sim, config)))
+        sys.stdout.writelines(json_chunks(DiffStream(real, sim, config, jobs)))
         sys.stdout.write("\n")
         return
     else:
-        result = diff_files(real, sim, config)
+        result = diff_files(real, sim, config, jobs)
     if fmt == "json":
         _print_json(result.model_dump_json())
     else:

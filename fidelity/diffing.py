@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -15,6 +16,7 @@ from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.formats.jsonl import parse_line
 from fidelity.model import Observation, Trajectory, stable_hash
+from fidelity.ordered_pool import available_cpus, ordered_map
 from fidelity.worldmodels.base import EVALUATED_TURN, Mode
 
 
@@ -57,9 +59,11 @@ def diff_files(
     real_path: str | os.PathLike[str],
     sim_path: str | os.PathLike[str],
     config: CompareConfig | None = None,
+    jobs: int | None = 1,
 ) -> DiffResult:
-    """Pair trajectories by id and steps by depth, and compare every pair (with *config*)."""
-    stream = DiffStream(real_path, sim_path, config)
+    """Pair trajectories by id and steps by depth, and compare every pair (with *config*,
+    in *jobs* processes: see :meth:`DiffStream.compared`)."""
+    stream = DiffStream(real_path, sim_path, config, jobs)
     rows = list(stream)
     return DiffResult(rows=rows, only_real=stream.only_real, only_sim=stream.only_sim)
 
@@ -82,34 +86,210 @@ class DiffStream:
         real_path: str | os.PathLike[str],
         sim_path: str | os.PathLike[str],
         config: CompareConfig | None = None,
+        jobs: int | None = 1,
     ) -> None:
         self.real_path, self.sim_path, self.config = str(real_path), str(sim_path), config
+        self.jobs = jobs
         self.only_real: list[str] = []
         self.only_sim: list[str] = []
 
     def __iter__(self) -> Iterator[DiffRow]:
-        for real, sim in self.pairs():
-            yield from diff_trajectories(real, sim, self.real_path, self.sim_path, self.config)
+        for _, rows in self.compared():
+            yield from rows
+
+    def compared(self) -> Iterator[tuple[LinePair, list[DiffRow]]]:
+        """Each pair's lines and rows, in the real file's order, compared by :attr:`jobs` processes.
+
+        ``jobs=None`` picks one process per CPU for a simulated file of at least
+        :data:`PARALLEL_BYTES` and one below (forking costs more than it saves there).
+        Rows, errors and their order are those of one process (:func:`~fidelity.ordered_pool.ordered_map`).
+        """
+        compare = PairComparer(self.real_path, self.sim_path, self.config)
+        batches = _batches(self.line_pairs())
+        for batch, done in ordered_map(compare.batch, batches, self._processes()):
+            yield from zip(batch, done, strict=False)  # done may stop short: see below
+            for pair in batch[len(done) :]:  # from the pair that failed: its error, in order
+                yield pair, compare.rows(pair)
+
+    def jsonl(self) -> Iterator[str]:
+        """The rows as JSONL text (``fidelity diff --format jsonl``), a run of pairs at a time,
+        rendered where they were compared (so a worker, not this process, writes the JSON)."""
+        compare = PairComparer(self.real_path, self.sim_path, self.config)
+        batches = _batches(self.line_pairs())
+        for batch, (done, text) in ordered_map(compare.jsonl_batch, batches, self._processes()):
+            yield text
+            for pair in batch[done:]:  # from the pair that failed: its error, in order
+                yield _jsonl(compare.rows(pair))
+
+    def _processes(self) -> int:
+        if self.jobs is not None:
+            return self.jobs
+        try:
+            big = os.path.getsize(self.sim_path) >= PARALLEL_BYTES
+        except OSError:  # named when the file is read
+            big = False
+        return available_cpus() if big else 1
 
     def pairs(self) -> Iterator[tuple[Trajectory, Trajectory]]:
         """``(real, sim)`` for each id in both files, in the real file's order."""
+        for pair in self.line_pairs():
+            real = pair.real.partner(pair.trajectory_id)
+            if pair.sim is not None:
+                yield real, pair.sim.partner(pair.trajectory_id)
+
+    def line_pairs(self) -> Iterator[LinePair]:
+        """Each line of the real file with its partner's line, in order; every line is read
+        (a real line without a partner too, to be validated) and no line is parsed here
+        beyond its id, so the lines can be parsed and compared elsewhere."""
         with _open(self.real_path):  # a missing real file is named first, as before
             pass
         index = _line_index(self.sim_path)
         paired: set[str] = set()
         only_real: list[str] = []
-        with _open(self.sim_path) as sim_file:
-            for real in _iter_trajectories(self.real_path):
-                entry = index.get(real.id)
-                if entry is None:
-                    only_real.append(real.id)
-                    continue
-                paired.add(real.id)
-                yield real, _read_at(sim_file, self.sim_path, *entry, real.id)
+        seen: dict[str, int] = {}
+        with _open(self.sim_path) as sim_file, _open(self.real_path) as real_file:
+            for real in _lines(real_file, self.real_path):
+                trajectory_id = _line_id(real.text(), self.real_path, real.number)
+                if trajectory_id in seen:  # a bad field of the line is named first
+                    real.trajectory()
+                _check_new(seen, trajectory_id, self.real_path, real.number)
+                sim = index.get(trajectory_id)
+                if sim is None:
+                    only_real.append(trajectory_id)
+                else:
+                    paired.add(trajectory_id)
+                    sim = sim.read_from(sim_file)
+                yield LinePair(trajectory_id, real, sim)
+            if not seen:
+                raise InputFormatError(self.real_path, None, None, "no trajectories in file")
             unpaired = sorted(set(index) - paired)
             for trajectory_id in unpaired:  # validated like every other line
-                _read_at(sim_file, self.sim_path, *index[trajectory_id], trajectory_id)
+                index[trajectory_id].read_from(sim_file).partner(trajectory_id)
         self.only_real, self.only_sim = sorted(only_real), unpaired
+
+
+PARALLEL_BYTES = 1 << 20
+"""A simulated file this big or bigger is compared by one process per CPU (``jobs=None``)."""
+
+_BATCH_STEPS = 64
+"""Steps of real lines handed to a worker at once: a few milliseconds of comparison, so the
+round trip between processes is a small part of it."""
+
+
+class FileLine:
+    """One line of a JSONL file: where it is, and its text once read.
+
+    Pickled (to a worker process) without its text, which the worker reads from
+    the file itself: the lines do not travel through a pipe.
+    """
+
+    __slots__ = ("_text", "number", "offset", "path", "size")
+
+    def __init__(self, path: str, number: int, offset: int, size: int, text: str | None = None):
+        self.path, self.number, self.offset, self.size = path, number, offset, size
+        self._text = text
+
+    def __reduce__(self) -> tuple[type[FileLine], tuple[str, int, int, int]]:
+        return FileLine, (self.path, self.number, self.offset, self.size)
+
+    def read_from(self, handle: BinaryIO) -> FileLine:
+        """This line with its text, read from *handle* (the file, open)."""
+        handle.seek(self.offset)
+        text = _decode(handle.read(self.size), self.path, self.number)
+        return FileLine(self.path, self.number, self.offset, self.size, text)
+
+    def text(self) -> str:
+        """The line, without its end (read from the file by a process it was pickled to)."""
+        if self._text is None:
+            self._text = _decode(_read(self.path, self.offset, self.size), self.path, self.number)
+        return self._text
+
+    def trajectory(self) -> Trajectory:
+        """The line's trajectory, validated (errors name the file and line)."""
+        return parse_line(self.text(), self.path, self.number)
+
+    def partner(self, trajectory_id: str) -> Trajectory:
+        """The trajectory, which must have the id the line was found by."""
+        trajectory = self.trajectory()
+        if trajectory.id != trajectory_id:  # e.g. a second "id" key in the line
+            raise InputFormatError(self.path, self.number, "id", f"ambiguous id {trajectory_id!r}")
+        return trajectory
+
+
+_DESCRIPTORS: dict[tuple[int, str], int] = {}
+"""Per process and path, the descriptor :func:`_read` reads lines with: only the worker
+processes of one :meth:`DiffStream.compared` read lines this way, and their descriptors
+close when they end with it (the process that reads the files hands texts on)."""
+
+
+def _read(path: str, offset: int, size: int) -> bytes:
+    key = (os.getpid(), path)
+    if key not in _DESCRIPTORS:
+        _DESCRIPTORS[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    return os.pread(_DESCRIPTORS[key], size, offset)
+
+
+class LinePair(NamedTuple):
+    """A real line and its partner's (``None``: none in the simulated file)."""
+
+    trajectory_id: str
+    real: FileLine
+    sim: FileLine | None
+
+
+class PairComparer:
+    """Compares :class:`LinePair` s of two files (in this process or a worker's)."""
+
+    def __init__(self, real_path: str, sim_path: str, config: CompareConfig | None) -> None:
+        self.real_path, self.sim_path, self.config = real_path, sim_path, config
+
+    def rows(self, pair: LinePair) -> list[DiffRow]:
+        """The compared steps of *pair* (none for a real line without a partner: validated)."""
+        real = pair.real.partner(pair.trajectory_id)
+        if pair.sim is None:
+            return []
+        sim = pair.sim.partner(pair.trajectory_id)
+        return diff_trajectories(real, sim, self.real_path, self.sim_path, self.config)
+
+    def batch(self, pairs: list[LinePair]) -> list[list[DiffRow]]:
+        """:meth:`rows` of each pair up to the first that fails: the caller does that one
+        again itself, so that its error comes after the rows before it and in its process."""
+        done = []
+        for pair in pairs:
+            try:
+                done.append(self.rows(pair))
+            except Exception:  # noqa: BLE001 - raised again by the caller (DiffStream.compared)
+                break
+        return done
+
+    def jsonl_batch(self, pairs: list[LinePair]) -> tuple[int, str]:
+        """``(pairs done, their rows as JSONL text)``, as :meth:`batch`."""
+        done = self.batch(pairs)
+        return len(done), "".join(map(_jsonl, done))
+
+
+def _jsonl(rows: list[DiffRow]) -> str:
+    return "".join(row.model_dump_json() + "\n" for row in rows)
+
+
+def _batches(pairs: Iterator[LinePair]) -> Iterator[list[LinePair]]:
+    """*pairs* in runs of about :data:`_BATCH_STEPS` steps (one pair per run at least); an
+    error reading them comes after the run before it, so errors keep the files' order."""
+    batch: list[LinePair] = []
+    steps = 0
+    try:
+        for pair in pairs:
+            batch.append(pair)
+            steps += pair.real.text().count('"observation"') or 1
+            if steps >= _BATCH_STEPS:
+                yield batch
+                batch, steps = [], 0
+    except Exception:
+        if batch:
+            yield batch
+        raise
+    if batch:
+        yield batch
 
 
 def json_chunks(stream: DiffStream) -> Iterator[str]:
@@ -173,14 +353,14 @@ def _open(path: str) -> Iterator[BinaryIO]:
         raise NotFoundError(f"{path}: cannot read (Is a directory)") from exc
 
 
-def _lines(handle: BinaryIO, path: str) -> Iterator[tuple[int, int, str]]:
-    """``(line number, byte offset, text)`` of each JSONL line worth parsing (as ``split_lines``)."""
+def _lines(handle: BinaryIO, path: str) -> Iterator[FileLine]:
+    """Each JSONL line worth parsing (as ``split_lines``), read."""
     offset = 0
     for number, raw in enumerate(handle, start=1):
         start, offset = offset, offset + len(raw)
         line = _decode(raw, path, number)
         if line.strip() and not line.lstrip().startswith("//"):
-            yield number, start, line
+            yield FileLine(path, number, start, len(raw), line)
 
 
 def _decode(raw: bytes, path: str, number: int) -> str:
@@ -191,27 +371,16 @@ def _decode(raw: bytes, path: str, number: int) -> str:
     return text.removesuffix("\n").removesuffix("\r")
 
 
-def _iter_trajectories(path: str) -> Iterator[Trajectory]:
-    """The trajectories of *path* one at a time; duplicate ids and an empty file are errors."""
+def _line_index(path: str) -> dict[str, FileLine]:
+    """Id to the line (not kept: read again when needed) of each trajectory of *path*;
+    JSON only, no model."""
+    index: dict[str, FileLine] = {}
     seen: dict[str, int] = {}
     with _open(path) as handle:
-        for number, _, line in _lines(handle, path):
-            trajectory = parse_line(line, path, number)
-            _check_new(seen, trajectory.id, path, number)
-            yield trajectory
-    if not seen:
-        raise InputFormatError(path, None, None, "no trajectories in file")
-
-
-def _line_index(path: str) -> dict[str, tuple[int, int]]:
-    """Id to ``(byte offset, line number)`` of each trajectory of *path* (JSON only, no model)."""
-    index: dict[str, tuple[int, int]] = {}
-    seen: dict[str, int] = {}
-    with _open(path) as handle:
-        for number, offset, line in _lines(handle, path):
-            trajectory_id = _line_id(line, path, number)
-            _check_new(seen, trajectory_id, path, number)
-            index[trajectory_id] = (offset, number)
+        for line in _lines(handle, path):
+            trajectory_id = _line_id(line.text(), path, line.number)
+            _check_new(seen, trajectory_id, path, line.number)
+            index[trajectory_id] = FileLine(path, line.number, line.offset, line.size)
     if not index:
         raise InputFormatError(path, None, None, "no trajectories in file")
     return index
@@ -226,7 +395,15 @@ class _LineId(BaseModel):
     id: Any = None
 
 
+_LEADING_ID = re.compile(r'\{\s*"id"\s*:\s*"([^"\\]*)"')
+"""A line that starts with its id, as fidelity writes them: read without parsing the line
+(the reader of the line checks the id it parses is this one: ``FileLine.partner``)."""
+
+
 def _line_id(line: str, path: str, number: int) -> str:
+    leading = _LEADING_ID.match(line)
+    if leading is not None:
+        return leading.group(1)
     try:
         trajectory_id = _LineId.model_validate_json(line).id
     except ValidationError:  # not an object, not JSON, or JSON only Python's parser takes
@@ -255,16 +432,6 @@ def _check_new(seen: dict[str, int], trajectory_id: str, path: str, number: int)
     seen[trajectory_id] = number
 
 
-def _read_at(
-    handle: BinaryIO, path: str, offset: int, number: int, trajectory_id: str
-) -> Trajectory:
-    handle.seek(offset)
-    trajectory = parse_line(_decode(handle.readline(), path, number), path, number)
-    if trajectory.id != trajectory_id:  # e.g. a second "id" key in the line
-        raise InputFormatError(path, number, "id", f"ambiguous id {trajectory_id!r}")
-    return trajectory
-
-
 class StoredDiff(BaseModel):
     """A diff stored as a run (so ``fidelity judge`` and ``report`` can use it)."""
 
@@ -288,8 +455,10 @@ def store_diff(
     config: CompareConfig | None = None,
     run_id: str | None = None,
     on_rows: RowsCallback | None = None,
+    jobs: int | None = 1,
 ) -> StoredDiff:
-    """Compare two recordings as :func:`diff_files` does and store the result as a run.
+    """Compare two recordings as :func:`diff_files` does (in *jobs* processes) and store the
+    result as a run.
 
     Streams like :class:`DiffStream`, in two passes: the first validates every
     line of both files and learns the run's domains (nothing is written when a
@@ -325,8 +494,11 @@ def store_diff(
         store.start_run(run, info)
         buffer = RecordBuffer(store, run)
         try:
-            for real_t, sim_t in DiffStream(real_path, sim_path, config).pairs():
-                rows = diff_trajectories(real_t, sim_t, str(real_path), str(sim_path), config)
+            stream = DiffStream(real_path, sim_path, config, jobs)
+            for pair, rows in stream.compared():
+                if pair.sim is None:
+                    continue
+                real_t, sim_t = (line.partner(pair.trajectory_id) for line in (pair.real, pair.sim))
                 buffer.add(_record(real_t, sim_t, rows, str(real_path)))
                 stored += 1
                 if on_rows is not None:

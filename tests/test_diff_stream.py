@@ -284,3 +284,68 @@ def test_json_output_streams_the_bytes_of_the_whole_result(tmp_path: Path) -> No
     printed = CliRunner().invoke(app, ["diff", str(real), str(sim), "--format", "json"])
     assert printed.exit_code == 0, printed.output
     assert printed.stdout == whole(real, sim) + "\n"
+
+
+def test_worker_processes_give_the_rows_of_one_process(tmp_path: Path) -> None:
+    """``jobs=2``: the same rows, text and one-sided ids as one process, in the same order."""
+    real, sim = recordings(tmp_path)
+    golden = GOLDEN.read_text().splitlines()
+    stream = DiffStream(real, sim, jobs=2)
+    assert [row.model_dump_json() for row in stream] == golden
+    assert (stream.only_real, stream.only_sim) == (["only-real"], ["only-sim"])
+    assert "".join(DiffStream(real, sim, jobs=2).jsonl()).splitlines() == golden
+    assert diff_files(real, sim, jobs=3) == whole_file_diff(real, sim)
+
+
+def test_worker_processes_raise_the_first_bad_line_after_the_rows_before_it(
+    tmp_path: Path,
+) -> None:
+    real, sim = recordings(tmp_path)
+    lines = real.read_text().splitlines()
+    bad = json.loads(lines[5])
+    bad["steps"][1]["action"] = {"type": "command"}
+    duplicate = lines[2]  # a later error of another kind, found first by the reading process
+    real.write_text("\n".join([*lines[:5], json.dumps(bad), *lines[6:], duplicate]) + "\n")
+    for jobs in (1, 2):
+        seen: list[str] = []
+        with pytest.raises(InputFormatError, match=r"real.jsonl:6: steps.1.action.command"):
+            for row in DiffStream(real, sim, jobs=jobs):
+                seen.append(row.trajectory_id)
+        assert sorted(set(seen)) == [f"t-{t:02d}" for t in range(5)], jobs
+
+
+def test_jobs_default_to_one_per_cpu_for_a_big_simulated_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fidelity import diffing
+    from fidelity.ordered_pool import available_cpus
+
+    real, sim = recordings(tmp_path)
+    assert DiffStream(real, sim, jobs=None)._processes() == 1  # a few KB
+    monkeypatch.setattr(diffing, "PARALLEL_BYTES", sim.stat().st_size)
+    assert DiffStream(real, sim, jobs=None)._processes() == available_cpus()
+    assert DiffStream(real, sim, jobs=1)._processes() == 1
+    assert [r.model_dump_json() for r in DiffStream(real, sim, jobs=None)] == (
+        GOLDEN.read_text().splitlines()
+    )
+
+
+def test_cli_jobs_print_and_store_the_same_rows(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fidelity.cli import app
+    from fidelity.store import Store
+
+    real, sim = recordings(tmp_path)
+    runner = CliRunner()
+    db = tmp_path / "f.duckdb"
+    for extra in ([], ["--db", str(db)]):
+        result = runner.invoke(app, ["diff", str(real), str(sim), "-f", "jsonl", "-j", "2", *extra])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == GOLDEN.read_text().splitlines()
+    with Store(db, read_only=True) as store:
+        (run,) = store.list_runs()
+        assert len(store.real_observations(run["run_id"])) == 12
+    refused = runner.invoke(app, ["diff", str(real), str(sim), "--jobs", "0"])
+    assert refused.exit_code == 2
+    assert "--jobs" in refused.stderr
