@@ -849,6 +849,7 @@ def diff(
         JsonResultText,
         diff_files,
         json_chunks,
+        jsonl_line,
         store_diff,
     )
     from fidelity.errors import UsageError
@@ -877,7 +878,7 @@ def diff(
             return
         result = DiffResult(rows=held, only_real=stored.only_real, only_sim=stored.only_sim)
     elif fmt == "jsonl":  # streamed: memory flat in the files' size
-        sys.stdout.writelines(DiffStream(real, sim, config, jobs).jsonl())
+        sys.stdout.writelines(DiffStream(real, sim, config, jobs).rendered(jsonl_line))
         return
     elif fmt == "json" and not _styled():  # streamed too, the same bytes
         sys.stdout.writelines(json_chunks(DiffStream(real, sim, config, jobs)))

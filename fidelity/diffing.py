@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -111,15 +112,16 @@ class DiffStream:
             for pair in batch[len(done) :]:  # from the pair that failed: its error, in order
                 yield pair, compare.rows(pair)
 
-    def jsonl(self) -> Iterator[str]:
-        """The rows as JSONL text (``fidelity diff --format jsonl``), a run of pairs at a time,
-        rendered where they were compared (so a worker, not this process, writes the JSON)."""
+    def rendered(self, render: Callable[[DiffRow], str]) -> Iterator[str]:
+        """Each row as *render* (a module-level function) writes it, in order, rendered where
+        it was compared: with workers, the reading process only reads, pairs and prints."""
         compare = PairComparer(self.real_path, self.sim_path, self.config)
+        work = functools.partial(compare.render_batch, render)
         batches = _batches(self.line_pairs())
-        for batch, (done, text) in ordered_map(compare.jsonl_batch, batches, self._processes()):
-            yield text
+        for batch, (done, texts) in ordered_map(work, batches, self._processes()):
+            yield from texts
             for pair in batch[done:]:  # from the pair that failed: its error, in order
-                yield _jsonl(compare.rows(pair))
+                yield from map(render, compare.rows(pair))
 
     def _processes(self) -> int:
         if self.jobs is not None:
@@ -262,14 +264,25 @@ class PairComparer:
                 break
         return done
 
-    def jsonl_batch(self, pairs: list[LinePair]) -> tuple[int, str]:
-        """``(pairs done, their rows as JSONL text)``, as :meth:`batch`."""
+    def render_batch(
+        self, render: Callable[[DiffRow], str], pairs: list[LinePair]
+    ) -> tuple[int, list[str]]:
+        """``(pairs done, their rows rendered)``, as :meth:`batch`."""
         done = self.batch(pairs)
-        return len(done), "".join(map(_jsonl, done))
+        return len(done), [render(row) for rows in done for row in rows]
 
 
-def _jsonl(rows: list[DiffRow]) -> str:
-    return "".join(row.model_dump_json() + "\n" for row in rows)
+def jsonl_line(row: DiffRow) -> str:
+    """*row* as a line of ``fidelity diff --format jsonl``."""
+    return row.model_dump_json() + "\n"
+
+
+def indented_row(row: DiffRow) -> str:
+    """*row* as ``fidelity diff --format json`` writes it in the rows' list (indented)."""
+    # through json.loads, as the whole result is: the floats print as Python writes them
+    indented = json.dumps(json.loads(row.model_dump_json()), indent=2, ensure_ascii=False)
+    # textwrap.indent, for text without blank lines (indented JSON has none), at C speed
+    return "    " + indented.replace("\n", "\n    ")
 
 
 def _batches(pairs: Iterator[LinePair]) -> Iterator[list[LinePair]]:
@@ -300,8 +313,8 @@ def json_chunks(stream: DiffStream) -> Iterator[str]:
     in the files' size (``only_real`` and ``only_sim`` come last, once known).
     """
     text = JsonResultText()
-    for row in stream:
-        yield text.row(row)
+    for row in stream.rendered(indented_row):
+        yield text.indented(row)
     yield text.end(stream.only_real, stream.only_sim)
 
 
@@ -315,12 +328,13 @@ class JsonResultText:
 
     def row(self, row: DiffRow) -> str:
         """The text of *row* (preceded by the document's start for the first one)."""
-        # through json.loads, as the whole result is: the floats print as Python writes them
-        indented = json.dumps(json.loads(row.model_dump_json()), indent=2, ensure_ascii=False)
+        return self.indented(indented_row(row))
+
+    def indented(self, row: str) -> str:
+        """The text of a row already written by :func:`indented_row`."""
         start = ",\n" if self.rows else '{\n  "rows": [\n'
         self.rows += 1
-        # textwrap.indent, for text without blank lines (indented JSON has none), at C speed
-        return start + "    " + indented.replace("\n", "\n    ")
+        return start + row
 
     def end(self, only_real: list[str], only_sim: list[str]) -> str:
         """The rest of the document, from the end of the rows."""

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from fidelity.compare import CompareConfig
-from fidelity.diffing import DiffResult, DiffStream, diff_files, diff_trajectories
+from fidelity.diffing import (
+    DiffResult,
+    DiffStream,
+    diff_files,
+    diff_trajectories,
+    json_chunks,
+    jsonl_line,
+)
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.model import Observation, Trajectory
@@ -293,7 +300,10 @@ def test_worker_processes_give_the_rows_of_one_process(tmp_path: Path) -> None:
     stream = DiffStream(real, sim, jobs=2)
     assert [row.model_dump_json() for row in stream] == golden
     assert (stream.only_real, stream.only_sim) == (["only-real"], ["only-sim"])
-    assert "".join(DiffStream(real, sim, jobs=2).jsonl()).splitlines() == golden
+    assert "".join(DiffStream(real, sim, jobs=2).rendered(jsonl_line)).splitlines() == golden
+    whole = diff_files(real, sim).model_dump_json()
+    expected = json.dumps(json.loads(whole), indent=2, ensure_ascii=False)
+    assert "".join(json_chunks(DiffStream(real, sim, jobs=2))) == expected
     assert diff_files(real, sim, jobs=3) == whole_file_diff(real, sim)
 
 
