@@ -21,17 +21,18 @@ it, and the workers end with the map (finished, failed or abandoned).
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fidelity.errors import InfrastructureError
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -83,6 +84,8 @@ class _Workers:
     involved (forking a threaded process can hang a child on a lock a thread held)."""
 
     def __init__(self, work: Callable[[Any], Any], processes: int) -> None:
+        import multiprocessing  # here: a diff in one process starts without it
+
         self.work = work
         context = multiprocessing.get_context("fork")
         self.processes: list[BaseProcess] = []
