@@ -185,10 +185,32 @@ def _pairs(items: dict[str, Any] | list[str], variables: dict[str, str]) -> dict
     return {key: _substitute(value, variables) for key, value in pairs}
 
 
-@lru_cache(maxsize=256)
 def load_task(folder: Path) -> Task:
     """The task in *folder*; InputFormatError (one line: the file and field) when it is not a
-    Terminal-Bench task fidelity can run."""
+    Terminal-Bench task fidelity can run. Read once while its files stay as they are."""
+    return _load_task(folder, _read_files_state(folder))
+
+
+_READ_FILES = ("task.yaml", "docker-compose.yaml", "docker-compose.yml", "wheels.toml")
+"""The files :func:`load_task` reads: a change to any of them is a new task."""
+
+
+def _read_files_state(folder: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """Each read file's inode, size and modification time (``None``: not there)."""
+    state: list[tuple[int, int, int] | None] = []
+    for name in _READ_FILES:
+        try:
+            stat = (folder / name).stat()
+        except OSError:
+            state.append(None)
+            continue
+        state.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(state)
+
+
+@lru_cache(maxsize=256)
+def _load_task(folder: Path, state: tuple[tuple[int, int, int] | None, ...]) -> Task:
+    del state  # the cache's key only
     task_yaml = folder / "task.yaml"
     if not task_yaml.is_file():
         raise InputFormatError(str(task_yaml), None, None, "missing: a task folder has task.yaml")

@@ -106,6 +106,20 @@ def test_a_malformed_task_yaml_is_one_line_naming_the_file_and_field(tmp_path: P
     assert len(errors) == 1 and "not valid YAML" in errors[0]
 
 
+def test_an_edited_task_is_read_again(tmp_path: Path) -> None:
+    """A task loaded once is not served from memory after its task.yaml changed."""
+    from fidelity.harnesses.terminal_bench import load_task
+
+    folder = _task_copy(tmp_path)
+    assert load_task(folder).config.max_test_timeout_sec == 60
+    assert load_task(folder) is load_task(folder)  # unchanged: read once
+    text = (folder / "task.yaml").read_text()
+    (folder / "task.yaml").write_text(
+        text.replace("max_test_timeout_sec: 60", "max_test_timeout_sec: 90")
+    )
+    assert load_task(folder).config.max_test_timeout_sec == 90
+
+
 # -- real containers -----------------------------------------------------------------
 
 
