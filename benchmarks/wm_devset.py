@@ -19,6 +19,7 @@ two labellers labelled every step against ``../shared/RUBRIC.md`` (see
   the same for omissions.
 
     python benchmarks/wm_devset.py [--domain swe|terminal|all] [--seed 7] [--no-agent-pairs]
+    python benchmarks/wm_devset.py --only shard7 shard8 shard9   # one round on its own
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from rapidfuzz import fuzz
 from devsets.calibration.devset import Pair
 from devsets.calibration.devset_agents import agent_pairs, load_runs
 from devsets.calibration.fit import UNCALIBRATED, Scored, fit_calibration
-from devsets.wm.load import WMPair, load_pairs
+from devsets.wm.load import WMPair, load_pairs, load_prediction_sources
 from fidelity.compare.calibration import comparison_vector
 from fidelity.compare.terminal import blank_lines_changed, hard_mismatches
 
@@ -219,8 +220,14 @@ def entity_lines(rows: Sequence[Row]) -> list[str]:
     ]
 
 
-def report(domain: str, pairs: Sequence[WMPair], seed: int, with_agent: bool) -> None:
-    rows = score(pairs, domain)
+def report(
+    domain: str, pairs: Sequence[WMPair], seed: int, with_agent: bool, only: set[str] | None
+) -> None:
+    all_rows = score(pairs, domain)
+    extra = agent_scored(domain, seed) if with_agent else []
+    all_flagged = held_out(all_rows, extra, domain, seed)
+    kept = [i for i, r in enumerate(all_rows) if only is None or r.pair.task in only]
+    rows, flagged = [all_rows[i] for i in kept], [all_flagged[i] for i in kept]
     labels = [int(r.pair.drift) for r in rows]
     counts = Counter(r.pair.label for r in rows)
     groups = sorted({r.pair.group for r in rows})
@@ -228,8 +235,6 @@ def report(domain: str, pairs: Sequence[WMPair], seed: int, with_agent: bool) ->
     print(
         f"{domain}: {len(rows)} steps ({dict(counts)}; {dict(modes)}), {len(groups)} source groups"
     )
-    extra = agent_scored(domain, seed) if with_agent else []
-    flagged = held_out(rows, extra, domain, seed)
     print(
         f"  {'method':<28} {'precision':>9} {'recall':>7} {'F1':>7} {'false alarms (identical+volatile)':>10}"
     )
@@ -252,15 +257,28 @@ def main() -> None:
         action="store_true",
         help="fit on the dev set's other groups only (not on the public-run pairs too)",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="SHARD",
+        help="report only the steps these prediction files answered (e.g. one round: "
+        "shard7 shard8 shard9); every step still calibrates the others' groups",
+    )
     args = parser.parse_args()
     pairs = load_pairs()
     if not pairs:
         raise SystemExit("devsets/wm holds no labelled predictions")
-    print(agreement(pairs))
+    only = answered_by(args.only) if args.only else None
+    print(agreement([p for p in pairs if only is None or p.task in only]))
     for domain in ("swe", "terminal") if args.domain == "all" else (args.domain,):
         chosen = [p for p in pairs if p.domain == domain]
         if chosen:
-            report(domain, chosen, args.seed, not args.no_agent_pairs)
+            report(domain, chosen, args.seed, not args.no_agent_pairs, only)
+
+
+def answered_by(shards: Sequence[str]) -> set[str]:
+    """The tasks whose used answer comes from one of *shards* (prediction files' stems)."""
+    return {task for task, stem in load_prediction_sources().items() if stem in shards}
 
 
 if __name__ == "__main__":

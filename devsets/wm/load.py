@@ -107,8 +107,17 @@ def load_predictions(root: Path = HERE) -> dict[str, str]:
     teacher-forced step of the same run: those prompts hold the run's real observations.
     A task answered by several predictors keeps the first usable answer, in file order.
     """
+    return {task: answer for task, (answer, _) in _usable_answers(root).items()}
+
+
+def load_prediction_sources(root: Path = HERE) -> dict[str, str]:
+    """The prediction file (its stem) each task's used answer comes from."""
+    return {task: stem for task, (_, stem) in _usable_answers(root).items()}
+
+
+def _usable_answers(root: Path) -> dict[str, tuple[str, str]]:
     answers: dict[str, list[tuple[str, str]]] = {}
-    for path in sorted((root / "predictions").glob("*.jsonl")):
+    for path in sorted((root / "predictions").glob("*.jsonl"), key=_file_order):
         for row in read_jsonl(path):
             answers.setdefault(str(row["task"]), []).append((str(row["answer"]), path.stem))
     forced = {
@@ -117,13 +126,19 @@ def load_predictions(root: Path = HERE) -> dict[str, str]:
         if "|tf|" in task
         for _, who in got
     }
-    usable: dict[str, str] = {}
+    usable: dict[str, tuple[str, str]] = {}
     for task, got in answers.items():
         run = task.split("|")[2]
-        clean = [a for a, who in got if "|ol|" not in task or (who, run) not in forced]
+        clean = [(a, who) for a, who in got if "|ol|" not in task or (who, run) not in forced]
         if clean:
             usable[task] = clean[0]
     return usable
+
+
+def _file_order(path: Path) -> tuple[str, int]:
+    """``shard2`` before ``shard10``: the files in the order they were written."""
+    stem = path.stem.rstrip("0123456789")
+    return stem, int(path.stem[len(stem) :] or 0)
 
 
 def load_labels(root: Path = HERE) -> dict[str, dict[str, Label]]:
