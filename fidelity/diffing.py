@@ -75,11 +75,14 @@ class DiffStream:
     Iterating reads the real file one line at a time, in its order, and reads
     each partner from the simulated file through an index of its lines (id to
     byte offset, built by one pass that parses no trajectory); so both files
-    may be in any order, and only one trajectory per side is held at a time.
+    may be in any order, and only a window of trajectories is held at a time.
     Every line of both files is validated, with the same ``path:line: field:
     reason`` errors as :func:`~fidelity.formats.jsonl.read_trajectories`; an
-    error in a line comes when the stream reaches it, after the rows before it.
-    ``only_real`` and ``only_sim`` are filled once the stream is exhausted.
+    error in a line comes when the stream reaches it, after the rows before it
+    (a simulated line no real one pairs with, at the end). ``only_real`` and
+    ``only_sim`` are filled once the stream is exhausted. *jobs* processes
+    compare the pairs (``None``: see :meth:`compared`); the rows, their order and
+    the errors are the same for any number.
     """
 
     def __init__(
