@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import re
@@ -507,12 +508,13 @@ def store_diff(
         "code_version": code_version(),
     }
     stored = 0
+    compared = DiffStream(real_path, sim_path, config, jobs).compared()
+    started = list(itertools.islice(compared, 2))  # the workers fork before DuckDB's threads start
     with Store(db) as store:
         store.start_run(run, info)
         buffer = RecordBuffer(store, run)
         try:
-            stream = DiffStream(real_path, sim_path, config, jobs)
-            for pair, rows in stream.compared():
+            for pair, rows in itertools.chain(started, compared):
                 if pair.sim is None:
                     continue
                 real_t, sim_t = (line.partner(pair.trajectory_id) for line in (pair.real, pair.sim))

@@ -54,15 +54,13 @@ def ordered_map(
 ) -> Iterator[tuple[Item, Result]]:
     """``(item, work(item))`` for each of *items*, in order, computed by *processes* workers.
 
-    With one process (or none), or under a profiler or tracer, the work runs here, item
-    by item. *window* caps the items submitted but not yet yielded (default: four per
-    process). Items should be small (a few KB: where to find the data, not the data);
-    results may be large.
+    With one process (or none) the work runs here, item by item; so it does when this
+    process may not fork (:func:`fork_safe`). *window* caps the items submitted but not
+    yet yielded (default: four per process). Items should be small (a few KB: where to
+    find the data, not the data); results may be large.
     """
     source = iter(items)
-    if processes <= 1 or sys.getprofile() is not None or sys.gettrace() is not None:
-        # profiled or traced, the work stays here: the profile sees it, and a child forked
-        # with cProfile running crashes in its garbage collector (CPython 3.11)
+    if processes <= 1:
         for item in source:
             yield item, work(item)
         return
@@ -71,11 +69,22 @@ def ordered_map(
         break
     else:
         return
+    if not fork_safe():
+        for item in source:
+            yield item, work(item)
+        return
     workers = _Workers(work, processes)
     try:
         yield from workers.map(source, window or 4 * processes)
     finally:
         workers.close()
+
+
+def fork_safe() -> bool:
+    """Whether this process may fork workers: no profiler or tracer runs (the work stays
+    here, where the profile sees it; a child forked with cProfile running crashes in its
+    garbage collector on CPython 3.11)."""
+    return sys.getprofile() is None and sys.gettrace() is None
 
 
 class _Workers:
