@@ -307,11 +307,21 @@ def map_on_cluster(
 
 
 def _cancel(ray: Any, refs: list[Any]) -> None:
-    """Cancel (force) the Ray tasks of *refs* and wait for them to end, bounded: a node
-    lost while cancelling must not hang the driver."""
+    """Cancel the Ray tasks of *refs* and wait for them to end, bounded: a node lost while
+    cancelling must not hang the driver.
+
+    Cancelled without force first (the task is interrupted where it runs, and its worker
+    answers): a forced cancel marks the task failed at once, and when the finished task's
+    reply was already on its way, Ray's owner trips an internal check
+    (``TaskManager::CompletePendingTask``: "An unexpected system state has occurred") and
+    aborts the driver, exit code 1 and no message (seen in CI on a sharded scan's first
+    error). Only a task still running after the wait is forced.
+    """
     for ref in refs:
+        ray.cancel(ref, force=False)
+    _, running = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)
+    for ref in running:
         ray.cancel(ref, force=True)
-    ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)
 
 
 def _connect(address: str | None) -> Any:
