@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -20,6 +20,8 @@ from fidelity.formats.jsonl import parse_line
 from fidelity.model import Observation, Trajectory, stable_hash
 from fidelity.ordered_pool import available_cpus, ordered_map
 from fidelity.worldmodels.base import EVALUATED_TURN, Mode
+
+T = TypeVar("T")
 
 
 class DiffRow(BaseModel):
@@ -110,22 +112,27 @@ class DiffStream:
         Rows, errors and their order are those of one process (:func:`~fidelity.ordered_pool.ordered_map`).
         """
         compare = PairComparer(self.real_path, self.sim_path, self.config)
-        batches = _batches(self.line_pairs())
-        for batch, done in ordered_map(compare.batch, batches, self._processes()):
-            yield from zip(batch, done, strict=False)  # done may stop short: see below
-            for pair in batch[len(done) :]:  # from the pair that failed: its error, in order
-                yield pair, compare.rows(pair)
+        yield from self._per_pair(compare.batch, compare.rows)
 
     def rendered(self, render: Callable[[DiffRow], str]) -> Iterator[str]:
         """Each row as *render* (a module-level function) writes it, in order, rendered where
         it was compared: with workers, the reading process only reads, pairs and prints."""
         compare = PairComparer(self.real_path, self.sim_path, self.config)
         work = functools.partial(compare.render_batch, render)
-        batches = _batches(self.line_pairs())
-        for batch, (done, texts) in ordered_map(work, batches, self._processes()):
+        for _, texts in self._per_pair(work, lambda pair: list(map(render, compare.rows(pair)))):
             yield from texts
-            for pair in batch[done:]:  # from the pair that failed: its error, in order
-                yield from map(render, compare.rows(pair))
+
+    def _per_pair(
+        self, work: Callable[[list[LinePair]], list[T]], one: Callable[[LinePair], T]
+    ) -> Iterator[tuple[LinePair, T]]:
+        """``(pair, result)`` in order: *work* maps runs of pairs in :meth:`_processes`
+        processes and stops short at a pair that fails, which *one* then does here, so its
+        error comes in its process after the results before it."""
+        batches = _batches(self.line_pairs())
+        for batch, done in ordered_map(work, batches, self._processes()):
+            yield from zip(batch, done, strict=False)  # done may stop short: see below
+            for pair in batch[len(done) :]:  # from the pair that failed: its error, in order
+                yield pair, one(pair)
 
     def _processes(self) -> int:
         if self.jobs is not None:
@@ -189,11 +196,12 @@ class FileLine:
     the file itself: the lines do not travel through a pipe.
     """
 
-    __slots__ = ("_text", "number", "offset", "path", "size")
+    __slots__ = ("_text", "_trajectory", "number", "offset", "path", "size")
 
     def __init__(self, path: str, number: int, offset: int, size: int, text: str | None = None):
         self.path, self.number, self.offset, self.size = path, number, offset, size
         self._text = text
+        self._trajectory: Trajectory | None = None
 
     def __reduce__(self) -> tuple[type[FileLine], tuple[str, int, int, int]]:
         return FileLine, (self.path, self.number, self.offset, self.size)
@@ -211,8 +219,11 @@ class FileLine:
         return self._text
 
     def trajectory(self) -> Trajectory:
-        """The line's trajectory, validated (errors name the file and line)."""
-        return parse_line(self.text(), self.path, self.number)
+        """The line's trajectory, validated (errors name the file and line); parsed once
+        (``diff --db`` compares a pair and stores it, from the same line)."""
+        if self._trajectory is None:
+            self._trajectory = parse_line(self.text(), self.path, self.number)
+        return self._trajectory
 
     def partner(self, trajectory_id: str) -> Trajectory:
         """The trajectory, which must have the id the line was found by."""
@@ -270,10 +281,9 @@ class PairComparer:
 
     def render_batch(
         self, render: Callable[[DiffRow], str], pairs: list[LinePair]
-    ) -> tuple[int, list[str]]:
-        """``(pairs done, their rows rendered)``, as :meth:`batch`."""
-        done = self.batch(pairs)
-        return len(done), [render(row) for rows in done for row in rows]
+    ) -> list[list[str]]:
+        """The rows of each pair rendered by *render*, as :meth:`batch`."""
+        return [list(map(render, rows)) for rows in self.batch(pairs)]
 
 
 def jsonl_line(row: DiffRow) -> str:

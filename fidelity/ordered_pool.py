@@ -60,7 +60,7 @@ def ordered_map(
     find the data, not the data); results may be large.
     """
     source = iter(items)
-    if processes <= 1:
+    if processes <= 1 or not fork_safe():
         for item in source:
             yield item, work(item)
         return
@@ -68,10 +68,6 @@ def ordered_map(
         yield first, work(first)
         break
     else:
-        return
-    if not fork_safe():
-        for item in source:
-            yield item, work(item)
         return
     workers = _Workers(work, processes)
     try:
