@@ -147,15 +147,10 @@ def naive(real_path: str, sim_path: str) -> None:
             sys.stdout.write(json.dumps(line) + "\n")
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    """``(CPU seconds, peak RSS MiB)`` of *command* run to completion, stdout to /dev/null
-    (the peak its own, not this process's: see ``child_usage``)."""
-    usage = measured(command)
-    return usage.cpu, usage.peak_mib
-
-
 def measured(command: list[str]) -> Usage:
-    """Wall and CPU seconds (its worker processes' included) and peak RSS of *command*."""
+    """Wall and CPU seconds (its worker processes' included) and peak RSS of *command* run
+    to completion, stdout to /dev/null (the peak its own, not this process's: see
+    ``child_usage``)."""
     usage = run_measured(command, stdout=subprocess.DEVNULL)
     if usage.returncode != 0:
         raise SystemExit(f"{' '.join(command[:5])} failed (exit code {usage.returncode})")
@@ -177,7 +172,7 @@ def startup_cpu(folder: Path, depth: int, seed: int) -> float:
     """Least CPU seconds of three ``fidelity diff --format jsonl`` runs on one trajectory."""
     real, sim, _ = write_files(folder, 1, depth, seed)
     command = [sys.executable, "-m", "fidelity", "diff", str(real), str(sim), "--format", "jsonl"]
-    return min(timed(command)[0] for _ in range(3))
+    return min(measured(command).cpu for _ in range(3))
 
 
 def per_step(steps: int, work: Callable[[], object], repeats: int = 3) -> float:
