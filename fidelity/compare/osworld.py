@@ -53,7 +53,7 @@ _TIME = re.compile(
     rf"|\b{_MONTH} +\d{{1,2}}(?: +\d{{4}}\b)?"  # ls -l
     r"|\b(?:Yesterday|Today|Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b"
 )
-_HOME = re.compile(r"/tmp/fidelity-desktop-[A-Za-z0-9_]+/home")
+_HOME = re.compile(r"/tmp/fidelity-desktop-[\w-]+/home")
 
 
 @dataclass(frozen=True)

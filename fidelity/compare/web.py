@@ -13,7 +13,8 @@ letters and digits, both present, after a word and a dash) become ``<ID>``
 (rule ``web_random_id``); session tokens in link URLs are normalized by the
 shared ``signed_token`` rule. Two more things differ between two real runs of
 one site: folders made by ``mkdtemp`` (``/tmp/fidelity-browser-4gm_ywzu``: a
-prefix ending in a dash, then eight of ``[a-z0-9_]``) become ``<TMP>`` (rule
+prefix ending in a dash, then eight of ``[a-z0-9_]``; fidelity's own put the owner's
+pid before them, ``/tmp/fidelity-browser-812-4gm_ywzu``) become ``<TMP>`` (rule
 ``web_temp_dir``), and masked secrets (Django's ``salt: UY**********``: up to
 eight characters, then six or more asterisks) become ``<MASKED>`` (rule
 ``web_masked_secret``).
@@ -81,7 +82,7 @@ _HEADER_RE = re.compile(
     r"^# (?P<kind>tab|error)(?: \d+)?(?P<active> \(active\))?: "
     r"(?:'(?P<name>(?:[^'\\]|\\.)*)'|\"(?P<dname>(?:[^\"\\]|\\.)*)\")$"
 )
-_TEMP_DIR_RE = re.compile(r"(/tmp/[A-Za-z][\w.-]*-)[a-z0-9_]{8}(?![\w-])")
+_TEMP_DIR_RE = re.compile(r"(/tmp/[A-Za-z][\w.-]*?-)(?:\d+-)?[a-z0-9_]{8}(?![\w-])")
 _MASKED_RE = re.compile(r"(?<![\w*])[A-Za-z0-9+/=$.]{0,8}\*{6,}")
 _RANDOM_ID_RE = re.compile(
     r"(?<=[A-Za-z][-_])(?=[a-z]*[0-9])(?=[0-9]*[a-z])[a-z0-9]{6,12}(?![\w-])"

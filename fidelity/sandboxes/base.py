@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import tempfile
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
 
 from fidelity.model import Action, EnvSpec, Observation
@@ -82,6 +85,38 @@ def close_all() -> int:
 
 
 atexit.register(close_all)
+
+
+def owned_folder(prefix: str, temp_root: str | None) -> Path:
+    """A new folder ``PREFIX<pid>-<random>`` under *temp_root* (``$TMPDIR``), owned by this process.
+
+    The owner is in the name, not in a file written after ``mkdtemp``: a sweep running
+    beside (the audit's own, on a thread, or another audit's) never meets the folder
+    without its owner, which it would take for a dead process's leftover.
+    """
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=temp_root))
+
+
+def stale_folders(prefix: str, temp_root: str | None, owner: int | None) -> Iterator[Path]:
+    """The folders of :func:`owned_folder` under *temp_root* that :func:`dead_owner` sweeps.
+
+    A folder named without a pid (``PREFIX<random>``, by an earlier version) is owned by
+    the pid in its ``owner.pid`` file, and by no one without it.
+    """
+    for folder in Path(temp_root or tempfile.gettempdir()).glob(f"{prefix}*"):
+        if dead_owner(_folder_owner(folder, prefix), owner):
+            yield folder
+
+
+def _folder_owner(folder: Path, prefix: str) -> int:
+    head, dash, _ = folder.name[len(prefix) :].partition("-")
+    if dash and head.isdigit():
+        return int(head)
+    try:
+        text = (folder / "owner.pid").read_text().strip()
+    except OSError:
+        return -1
+    return int(text) if text.isdigit() else -1
 
 
 def dead_owner(pid: int, owner: int | None) -> bool:

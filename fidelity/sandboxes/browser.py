@@ -36,7 +36,6 @@ import queue
 import secrets
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -51,7 +50,14 @@ from pydantic import Field, StringConstraints
 
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import SITE_NAME, Action, BrowserAction, EnvSpec, Observation, WebSite
-from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.base import (
+    Sandbox,
+    dead_owner,
+    owned_folder,
+    stale_folders,
+    track,
+    untrack,
+)
 from fidelity.sandboxes.browser_actions import ActionSyntaxError, ParsedAction, parse_action
 from fidelity.sandboxes.browser_tree import (
     MARK_BIDS_JS,
@@ -180,9 +186,7 @@ class _Worker:
 def _home_folder(temp_root: str | None) -> Path:
     """A fresh folder for Chromium's HOME, marked with its owner (:func:`sweep_stale` removes
     it when that process died without closing the browser)."""
-    home = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX, dir=temp_root))
-    (home / "owner.pid").write_text(str(os.getpid()))
-    return home
+    return owned_folder(_ROOT_PREFIX, temp_root)
 
 
 def _home_env(home: Path) -> dict[str, str]:
@@ -488,8 +492,7 @@ class BrowserSandbox(Sandbox):
         self._stop_site()
         self._closed.clear()
         track(self)
-        self._root = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX, dir=self.config.temp_root))
-        (self._root / "owner.pid").write_text(str(os.getpid()))
+        self._root = owned_folder(_ROOT_PREFIX, self.config.temp_root)
         start = "about:blank"
         routes: list[tuple[str, str]] = []
         if folder is not None:
@@ -672,8 +675,6 @@ def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:
 
     With *owner*, only that (dead) process's.
     """
-    from fidelity.sandboxes.base import dead_owner
-
     removed = 0
     for pid, cmdline in _marked_processes(f"{OWNER_FLAG}="):
         text = cmdline.split(f"{OWNER_FLAG}=", 1)[1].split("\0", 1)[0]
@@ -681,11 +682,7 @@ def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 removed += 1
-    base = Path(temp_root or tempfile.gettempdir())
-    for folder in base.glob(f"{_ROOT_PREFIX}*"):
-        owner_file = folder / "owner.pid"
-        text = owner_file.read_text().strip() if owner_file.is_file() else ""
-        if dead_owner(int(text) if text.isdigit() else -1, owner):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
+    for folder in stale_folders(_ROOT_PREFIX, temp_root, owner):
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
     return removed

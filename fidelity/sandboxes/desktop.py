@@ -43,7 +43,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -55,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import Action, CodeAction, EnvSpec, Observation
 from fidelity.resources import data_dir
-from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
+from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
 
@@ -511,9 +510,8 @@ class DesktopSandbox(Sandbox):
             raise SandboxUnavailableError("pyautogui is missing: pip install 'fidelity[desktop]'")
 
     def _start(self, project: DesktopProject, home_seed: Path | None, env: EnvSpec) -> None:
-        root = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX, dir=self.config.temp_root))
+        root = owned_folder(_ROOT_PREFIX, self.config.temp_root)
         self._root = root
-        (root / "owner.pid").write_text(str(os.getpid()))
         home = root / "home"
         if home_seed is not None and home_seed.is_dir():
             shutil.copytree(home_seed, home, symlinks=True)
@@ -728,11 +726,7 @@ def sweep(temp_root: str | None = None, owner: int | None = None) -> int:
             removed += kill_token(token)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry.name), signal.SIGKILL)
-    base = Path(temp_root or tempfile.gettempdir())
-    for folder in base.glob(f"{_ROOT_PREFIX}*"):
-        owner_file = folder / "owner.pid"
-        text = owner_file.read_text().strip() if owner_file.is_file() else ""
-        if dead_owner(int(text) if text.isdigit() else -1, owner):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
+    for folder in stale_folders(_ROOT_PREFIX, temp_root, owner):
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
     return removed

@@ -39,7 +39,7 @@ from pydantic import Field
 from fidelity.errors import SandboxError, SandboxUnavailableError, SetupFailedError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
-from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
+from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
 from fidelity.sandboxes.config import ShellLimits
 from fidelity.sandboxes.shell import (
     CONTROL,
@@ -124,9 +124,8 @@ class LocalSandbox(Sandbox):
         track(self)
         self._env = env
         self._cwd = MOUNT
-        self._root = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX, dir=self.config.temp_root))
+        self._root = owned_folder(_ROOT_PREFIX, self.config.temp_root)
         self._root.chmod(0o711)  # the sandbox uid must traverse it to reach its binds
-        (self._root / "owner.pid").write_text(str(os.getpid()))
         self._mount_areas()
         self._prepare_tree(env)
         self._make_cgroup()
@@ -723,15 +722,8 @@ def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:
     With *owner*, only that (dead) process's leftovers, whatever ``kill -0`` says
     (a dead owner may still be a zombie).
     """
-    base = Path(temp_root or tempfile.gettempdir())
     removed = 0
-    for folder in base.glob(f"{_ROOT_PREFIX}*"):
-        try:
-            pid = int((folder / "owner.pid").read_text())
-        except (OSError, ValueError):
-            pid = -1
-        if not dead_owner(pid, owner):
-            continue
+    for folder in stale_folders(_ROOT_PREFIX, temp_root, owner):
         for name in ("work", "tmp", "shm"):
             if containment.is_mount(folder / name):
                 containment.unmount(folder / name)
