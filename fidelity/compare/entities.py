@@ -336,6 +336,12 @@ def rank(entities: Iterable[str], cap: int | None = MAX_ENTITIES) -> list[str]:
     return unique if cap is None else unique[:cap]
 
 
+def invented(entities: Iterable[str]) -> int:
+    """How many of a step's hallucinations name content: all but the ``moved:`` lines (an
+    equal line printed elsewhere, counted by the ``lines_reordered`` metric instead)."""
+    return sum(not entity.startswith("moved:") for entity in entities)
+
+
 def kind_of(entity: str) -> str:
     """The kind part of ``kind:value``."""
     return entity.partition(":")[0]

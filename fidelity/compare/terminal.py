@@ -25,7 +25,10 @@ Entities (:func:`line_entities`), ranked most telling first and capped at
 and the identifier-like tokens of added or changed lines that the real text
 lacks, then every added or changed line itself (``line:``), then the other
 words of those lines that the real text lacks (``word:``); omissions the same
-from the real side.
+from the real side. When lines are out of order, the sim lines off the longest run
+that keeps real's order follow (``moved:``, :func:`moved_lines`) as far as the cap
+allows: what a reader names of a reordered listing (they are not counted as invented
+content by the calibration's entity count, ``lines_reordered`` counts them).
 
 Drift, calibrated (the default): the exit codes or the timed-out flags differ,
 or the drift probability of the shipped logistic regression
@@ -63,7 +66,7 @@ from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration import Calibration, features, load_calibration
 from fidelity.compare.commands import volatile_order
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.entities import MAX_ENTITIES, extract, extract_among, kind_of
+from fidelity.compare.entities import MAX_ENTITIES, extract, extract_among, invented, kind_of
 from fidelity.compare.normalize import (
     DEFAULT_RULES,
     GIT_ID_RULE,
@@ -147,13 +150,17 @@ class TerminalComparator:
         factor = self.exit_penalty if exit_match is False else 1.0
         score = min(1.0, max(0.0, metrics["text_sim"] * factor))
         metrics.update(amount(real_text, sim_text))
+        moved: list[str] = []
         if not volatile_order(command):  # else another real run prints another order
             sorted_ = ORDER_RULE in real_counts or ORDER_RULE in sim_counts
             texts = self._as_printed(real, sim, command) if sorted_ else (real_text, sim_text)
             metrics.update(order(*texts))
+            if "lines_reordered" in metrics:
+                moved = ["moved:" + line.strip()[:LINE_CHARS] for line in moved_lines(*texts)]
         sim_side, real_side = line_entities(real_text, sim_text, command)
         hallucinations, stale = unshown(sim_side, context, self.normalizer)
         hallucinations = with_hex(hallucinations, sim.text)
+        hallucinations += moved[: MAX_ENTITIES - len(hallucinations)]
         omissions = with_hex(real_side[:MAX_ENTITIES], real.text)
         shown = sorted(stale)
         hard = self._mismatches(score, exit_match, real, sim) + blank_lines_changed(metrics)
@@ -161,7 +168,9 @@ class TerminalComparator:
             reasons = [*hard, *_findings(hallucinations, omissions, shown)]
             reasons += reorder_reasons(metrics) if reasons else []
         else:
-            vector = features(metrics, exit_match, len(hallucinations), len(omissions), len(stale))
+            vector = features(
+                metrics, exit_match, invented(hallucinations), len(omissions), len(stale)
+            )
             p = metrics["drift_p"] = self.calibration.probability(vector)
             cutoff = self.calibration.cutoff
             calibrated = [f"drift probability {p:.2f} >= {cutoff:.2f}"] if p >= cutoff else []
@@ -329,6 +338,32 @@ def reordered(real: str, sim: str) -> tuple[int, int]:
     return len(positions) - _longest_increasing(positions), len(positions)
 
 
+@functools.lru_cache(maxsize=8)
+def moved_lines(real: str, sim: str) -> tuple[str, ...]:
+    """The lines :func:`reordered` counts out of order, in sim's order: those of sim off
+    one longest run that keeps real's order (patience sorting, each pile top remembering
+    the top it was put after)."""
+    at_real, at_sim = _once(_lines(real)), _once(_lines(sim))
+    shared = [(line, at_real[line]) for line in at_sim if line and line in at_real]
+    tops: list[int] = []  # real positions, as in _longest_increasing
+    top_index: list[int] = []  # index into shared of each pile's top
+    before = [-1] * len(shared)
+    for index, (_, position) in enumerate(shared):
+        at = bisect_left(tops, position)
+        before[index] = top_index[at - 1] if at else -1
+        if at == len(tops):
+            tops.append(position)
+            top_index.append(index)
+        else:
+            tops[at], top_index[at] = position, index
+    kept: set[int] = set()
+    index = top_index[-1] if top_index else -1
+    while index >= 0:
+        kept.add(index)
+        index = before[index]
+    return tuple(line for i, (line, _) in enumerate(shared) if i not in kept)
+
+
 def _once(lines: Sequence[str]) -> dict[str, int]:
     """The lines that occur once in *lines*, each with its index, in order."""
     # keyed in order of first occurrence, each with its last index: the same for a line
@@ -409,8 +444,9 @@ def line_entities(
     (``ident:``), those whose value the other text holds nowhere first, each in
     text order; then each changed line (``line:``, stripped; lines without a letter
     or digit, and lines that are one entity's whole value, aside); then the other words of three letters or more
-    of those lines that the other text lacks (``word:``). Placeholders (volatile
-    values) never become tokens. At most three times
+    of those lines that the other text lacks (``word:``), and last the numbers of a numbered
+    view's number column (:func:`_numbering`). Placeholders (volatile values) never become
+    tokens. At most three times
     :data:`~fidelity.compare.entities.MAX_ENTITIES` per side (stale ones are taken out
     of the sim side before the cap).
     """
@@ -454,8 +490,24 @@ def _candidates(
         {*specific, *tokens},
         key=lambda e: (search_key(e) in other, _generic(e), _position(text, e), e),
     )
+    numbering = _numbering(lines[:LINES_EXAMINED])
+    positional = [e for e in telling if e.startswith("number:") and e[7:] in numbering]
+    if positional:
+        telling = [e for e in telling if e not in positional]
     first, more = _one_per_line(telling, lines[:LINES_EXAMINED])
-    return tuple(dict.fromkeys([*first, *whole, *more, *words]))[: 3 * MAX_ENTITIES]
+    return tuple(dict.fromkeys([*first, *whole, *more, *words, *positional]))[: 3 * MAX_ENTITIES]
+
+
+_NUMBERED_RE = re.compile(r"\s*(\d+)(?:[\t:]|  )")
+"""A line of a numbered file view: ``cat -n`` and ``nl`` (a tab), SWE-agent's viewer and
+``grep -n`` on one file (a colon)."""
+
+
+def _numbering(lines: Sequence[str]) -> set[str]:
+    """The line numbers in the number column of *lines*: a view shifted by one line changes
+    every one of them, and its lines (``line:``, ranked before) say more than ten numbers in
+    a row, so these numbers come last."""
+    return {match[1] for line in lines if (match := _NUMBERED_RE.match(line))}
 
 
 def with_hex(entities: Sequence[str], raw: str) -> list[str]:

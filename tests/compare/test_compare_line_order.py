@@ -6,8 +6,8 @@ import pytest
 from compare_samples import context, obs
 
 from fidelity.compare import SweComparator, TerminalComparator
-from fidelity.compare.calibration import load_calibration
-from fidelity.compare.terminal import reordered
+from fidelity.compare.calibration import comparison_vector, load_calibration
+from fidelity.compare.terminal import moved_lines, reordered
 
 GREP = [
     "xarray/core/variable.py:    def where(self, cond, other=dtypes.NA):",
@@ -48,8 +48,32 @@ def test_reordered_grep_hits_drift_and_say_so(
     result = comparator.compare(obs(text(GREP)), obs(text(MOVED)), context(command))
     assert result.drift
     assert "lines reordered: 2 of 7" in result.reasons
-    assert result.hallucinations == result.omissions == []
+    assert result.hallucinations == [f"moved:{GREP[2]}", f"moved:{GREP[6]}"]
+    assert result.omissions == []
     assert (result.metrics["lines_reordered"], result.score) == (2.0, 1.0)
+
+
+def test_the_moved_lines_are_those_off_a_longest_run_in_real_order() -> None:
+    assert moved_lines(text(GREP), text(MOVED)) == (GREP[2], GREP[6])
+    assert moved_lines(text(GREP), text(GREP)) == ()
+    assert moved_lines(text(GREP), text([GREP[6], *GREP[:6]])) == (GREP[6],)
+    assert (
+        len(moved_lines(text(GREP), text(GREP[::-1]))) == reordered(text(GREP), text(GREP[::-1]))[0]
+    )
+    # a line one side lacks is no move, and a repeated line no anchor
+    assert moved_lines("a\nb\nc\n", "c\nnew\na\nb\n") == ("c",)
+    assert moved_lines("x\na\nx\nb\n", "b\nx\na\nx\n") == ("b",)
+
+
+def test_moved_lines_are_named_but_not_counted_as_invented_content() -> None:
+    """The labellers name the lines a reordered listing moved (swe|tf|scikit-learn__scikit-learn-
+    10297|21, find's order); the calibration's entity count stays what it was, since
+    ``lines_reordered`` already weighs the move."""
+    comparator = TerminalComparator(calibrated=False)
+    result = comparator.compare(obs(text(GREP)), obs(text(MOVED)), context("grep -r where ."))
+    assert [e.partition(":")[0] for e in result.hallucinations] == ["moved", "moved"]
+    without = result.model_copy(update={"hallucinations": []})
+    assert comparison_vector("terminal", result) == comparison_vector("terminal", without)
 
 
 def test_more_moved_lines_never_lower_the_probability() -> None:

@@ -257,3 +257,19 @@ def test_entity_diff_ignores_entities_on_shared_lines() -> None:
     real = "12 a.txt\n7 b.txt\n"
     sim = "12 a.txt\n8 b.txt\n12 c.txt\n"
     assert entity_diff(real, sim) == ({"number:8", "file:c.txt"}, {"number:7"})
+
+
+def test_a_shifted_numbered_view_names_its_lines_before_its_line_numbers(
+    comparator: TerminalComparator,
+) -> None:
+    """``cat -n`` shown one line off with one invented line (the dev set's swe|tf|pydata__
+    xarray-7229|7): the number column changes on every line, and ten numbers in a row would
+    fill the cap before the invented line is named."""
+    body = [f"    value_{i} = compute({i})" for i in range(30)]
+    real = "".join(f"{n + 100:6d}\t{line}\n" for n, line in enumerate(body))
+    invented = [*body[:15], "    raise NotImplementedError('keep_attrs')", *body[15:]]
+    sim = "".join(f"{n + 101:6d}\t{line}\n" for n, line in enumerate(invented))
+    result = comparator.compare(obs(real), obs(sim), context("cat -n m.py"))
+    assert result.drift
+    assert any("NotImplementedError" in e for e in result.hallucinations[:3])
+    assert not any(e.startswith("number:") for e in result.hallucinations[:5])

@@ -30,6 +30,7 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fidelity.compare.base import StepComparison
+from fidelity.compare.entities import invented
 
 FEATURES = (
     "line_gap",
@@ -145,7 +146,7 @@ def comparison_vector(domain: str, comparison: StepComparison) -> list[float]:
     """The feature vector of *domain* (see :data:`DOMAIN_FEATURES`) for an uncalibrated verdict."""
     m = comparison.metrics
     counts = [
-        math.log1p(len(comparison.hallucinations)),
+        math.log1p(invented(comparison.hallucinations)),
         math.log1p(len(comparison.omissions)),
         math.log1p(len(comparison.stale)),
     ]
