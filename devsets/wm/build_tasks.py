@@ -21,7 +21,11 @@ into the project.
 ``--more`` builds a further round from what ``predictions/`` does not cover yet; its
 shards are numbered after the existing prediction files, and the terminal runs'
 open-loop tasks come in a shard of their own (its predictor sees no teacher-forced
-prompt, so no real observation, of those runs).
+prompt, so no real observation, of those runs). Once every swe run has been used,
+``--more --swe-steps N`` asks for N further teacher-forced steps of ``--swe-runs`` swe
+runs, steps no prediction covers (swe only):
+
+    python devsets/wm/build_tasks.py --out /tmp/wm-tasks-5 --more --swe-steps 1 --swe-runs 36 --seed 15
 """
 
 from __future__ import annotations
@@ -162,6 +166,29 @@ def further_round(
     return list(_by_run(tasks).values()), apart
 
 
+def more_swe_steps(
+    runs: dict[str, list[Run]],
+    rng: random.Random,
+    predicted: frozenset[str],
+    steps: int,
+    count: int,
+) -> list[list[dict[str, object]]]:
+    """*steps* teacher-forced steps no prediction covers of each of *count* swe runs that
+    still have such steps."""
+    open_ = [
+        r
+        for r in runs["swe"]
+        if any(
+            usable(r.trajectory, i) and f"swe|tf|{r.trajectory.id}|{i + 1}" not in predicted
+            for i in range(len(r.trajectory.steps))
+        )
+    ]
+    tasks: list[dict[str, object]] = []
+    for run in rng.sample(open_, min(count, len(open_))):
+        tasks += teacher_forced(run, steps, rng, predicted)
+    return list(_by_run(tasks).values())
+
+
 def _by_run(tasks: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]:
     by_run: dict[str, list[dict[str, object]]] = {}
     for task in tasks:
@@ -183,6 +210,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--swe-runs", type=int, default=44)
+    parser.add_argument("--swe-steps", type=int, default=0, help="with --more: see above")
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument(
         "--more",
@@ -197,7 +225,11 @@ def main() -> None:
     if args.more:
         from devsets.wm.load import load_predictions
 
-        groups, apart = further_round(runs, rng, frozenset(load_predictions()))
+        predicted = frozenset(load_predictions())
+        if args.swe_steps:
+            groups = more_swe_steps(runs, rng, predicted, args.swe_steps, args.swe_runs)
+        else:
+            groups, apart = further_round(runs, rng, predicted)
         first = len(list((Path(__file__).parent / "predictions").glob("*.jsonl")))
     else:
         groups = first_round(runs, rng, args.swe_runs)
