@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Protocol, cast, runtime_checkable
 
 from fidelity.compare.base import CompareContext, StepComparison
+from fidelity.compare.entities import named_once
 from fidelity.model import Observation
 
 STATEFUL_KINDS = frozenset(
@@ -222,7 +223,8 @@ def _propagated(
         update={
             "drift": True,
             "stale": [e for e in comparison.stale if e not in set(repeated)],
-            "hallucinations": sorted({*comparison.hallucinations, *repeated}),
+            # the propagated inventions first; a listed line naming one of them goes
+            "hallucinations": named_once([*repeated, *comparison.hallucinations]),
             "metrics": {**comparison.metrics, "propagated": float(len(repeated))},
             "reasons": [*comparison.reasons, *reasons],
         }

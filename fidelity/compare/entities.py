@@ -336,6 +336,20 @@ def rank(entities: Iterable[str], cap: int | None = MAX_ENTITIES) -> list[str]:
     return unique if cap is None else unique[:cap]
 
 
+def named_once(entities: Iterable[str]) -> list[str]:
+    """*entities* without a ``line:`` whose whole text an entity before it names (a line of
+    ``ls`` or ``find`` that is one name: the terminal comparator's ``line_entities`` ranks it last, for when its
+    name is stale)."""
+    values: set[str] = set()
+    out: list[str] = []
+    for entity in entities:
+        kind, _, value = entity.partition(":")
+        if kind != "line" or value not in values:
+            out.append(entity)
+            values.add(value)
+    return out
+
+
 def invented(entities: Iterable[str]) -> int:
     """How many of a step's hallucinations name content: all but the ``moved:`` lines (an
     equal line printed elsewhere, counted by the ``lines_reordered`` metric instead)."""

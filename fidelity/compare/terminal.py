@@ -66,7 +66,13 @@ from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration import Calibration, features, load_calibration
 from fidelity.compare.commands import volatile_order
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.entities import MAX_ENTITIES, extract, extract_among, invented, kind_of
+from fidelity.compare.entities import (
+    MAX_ENTITIES,
+    extract,
+    extract_among,
+    invented,
+    kind_of,
+)
 from fidelity.compare.normalize import (
     DEFAULT_RULES,
     GIT_ID_RULE,
@@ -156,11 +162,14 @@ class TerminalComparator:
             texts = self._as_printed(real, sim, command) if sorted_ else (real_text, sim_text)
             metrics.update(order(*texts))
             if "lines_reordered" in metrics:
-                moved = ["moved:" + line.strip()[:LINE_CHARS] for line in moved_lines(*texts)]
+                moved = list(moved_lines(*texts)[:MAX_ENTITIES])
         sim_side, real_side = line_entities(real_text, sim_text, command)
         hallucinations, stale = unshown(sim_side, context, self.normalizer)
-        hallucinations = with_hex(hallucinations, sim.text)
-        hallucinations += moved[: MAX_ENTITIES - len(hallucinations)]
+        if stale:  # a listed name shown before: the listing's line is this step's
+            hallucinations += lines_named(stale, changed_lines(real_text, sim_text)[0])
+        hallucinations = with_hex(hallucinations[:MAX_ENTITIES], sim.text)
+        room = MAX_ENTITIES - len(hallucinations)
+        hallucinations += ["moved:" + line.strip()[:LINE_CHARS] for line in moved[:room]]
         omissions = with_hex(real_side[:MAX_ENTITIES], real.text)
         shown = sorted(stale)
         hard = self._mismatches(score, exit_match, real, sim) + blank_lines_changed(metrics)
@@ -319,7 +328,6 @@ def reorder_reasons(metrics: dict[str, float]) -> list[str]:
     return [f"lines reordered: {moved:.0f} of {round(moved / metrics['order_gap'])}"]
 
 
-@functools.lru_cache(maxsize=8)
 def reordered(real: str, sim: str) -> tuple[int, int]:
     """``(lines out of order, lines compared)``: the lines each text holds exactly once
     (patience diff's anchors: a repeated line, a brace, has no one place; nor has an empty
@@ -329,26 +337,31 @@ def reordered(real: str, sim: str) -> tuple[int, int]:
     O(n log n); a line one side lacks does not count, so a changed or dropped line never
     reads as a move.
     """
-    if real == sim:
-        return 0, 0
-    at_real, at_sim = _once(_lines(real)), _once(_lines(sim))
-    positions = [at_real[line] for line in at_sim if line and line in at_real]
-    if all(a < b for a, b in pairwise(positions)):  # the common case: nothing moved
-        return 0, len(positions)
-    return len(positions) - _longest_increasing(positions), len(positions)
+    moved, compared = _out_of_order(real, sim)
+    return len(moved), compared
+
+
+def moved_lines(real: str, sim: str) -> tuple[str, ...]:
+    """The lines :func:`reordered` counts out of order, in sim's order: those of sim off
+    one longest run that keeps real's order."""
+    return _out_of_order(real, sim)[0]
 
 
 @functools.lru_cache(maxsize=8)
-def moved_lines(real: str, sim: str) -> tuple[str, ...]:
-    """The lines :func:`reordered` counts out of order, in sim's order: those of sim off
-    one longest run that keeps real's order (patience sorting, each pile top remembering
-    the top it was put after)."""
+def _out_of_order(real: str, sim: str) -> tuple[tuple[str, ...], int]:
+    """``(moved lines, lines compared)`` (patience sorting, each pile top remembering the
+    top it was put after, to read one longest increasing run back)."""
+    if real == sim:
+        return (), 0
     at_real, at_sim = _once(_lines(real)), _once(_lines(sim))
-    shared = [(line, at_real[line]) for line in at_sim if line and line in at_real]
-    tops: list[int] = []  # real positions, as in _longest_increasing
+    positions = [at_real[line] for line in at_sim if line and line in at_real]
+    if all(a < b for a, b in pairwise(positions)):  # the common case: nothing moved
+        return (), len(positions)
+    shared = [line for line in at_sim if line and line in at_real]
+    tops: list[int] = []  # real positions: each pile's top
     top_index: list[int] = []  # index into shared of each pile's top
     before = [-1] * len(shared)
-    for index, (_, position) in enumerate(shared):
+    for index, position in enumerate(positions):
         at = bisect_left(tops, position)
         before[index] = top_index[at - 1] if at else -1
         if at == len(tops):
@@ -357,11 +370,11 @@ def moved_lines(real: str, sim: str) -> tuple[str, ...]:
         else:
             tops[at], top_index[at] = position, index
     kept: set[int] = set()
-    index = top_index[-1] if top_index else -1
+    index = top_index[-1]
     while index >= 0:
         kept.add(index)
         index = before[index]
-    return tuple(line for i, (line, _) in enumerate(shared) if i not in kept)
+    return tuple(line for i, line in enumerate(shared) if i not in kept), len(shared)
 
 
 def _once(lines: Sequence[str]) -> dict[str, int]:
@@ -373,19 +386,6 @@ def _once(lines: Sequence[str]) -> dict[str, int]:
         return index
     counts = Counter(lines)
     return {line: i for line, i in index.items() if counts[line] == 1}
-
-
-def _longest_increasing(values: Sequence[int]) -> int:
-    """The length of the longest strictly increasing subsequence of *values* (patience
-    sorting: each value replaces the first pile top not below it)."""
-    tops: list[int] = []
-    for value in values:
-        at = bisect_left(tops, value)
-        if at == len(tops):
-            tops.append(value)
-        else:
-            tops[at] = value
-    return len(tops)
 
 
 @functools.lru_cache(maxsize=8)
@@ -445,7 +445,7 @@ def line_entities(
     text order; then each changed line (``line:``, stripped; lines without a letter
     or digit, and lines that are one entity's whole value, aside); then the other words of three letters or more
     of those lines that the other text lacks (``word:``), and last the numbers of a numbered
-    view's number column (:func:`_numbering`). Placeholders (volatile values) never become
+    view's number column. Placeholders (volatile values) never become
     tokens. At most three times
     :data:`~fidelity.compare.entities.MAX_ENTITIES` per side (stale ones are taken out
     of the sim side before the cap).
@@ -468,12 +468,15 @@ def _candidates(
     whole: list[str] = []
     words: list[str] = []
     seen: set[str] = set()
+    numbering: set[str] = set()
     for line in lines[:LINES_EXAMINED]:
         stripped = line.strip()
         if not stripped.strip(_NOT_ALNUM):  # no letter or digit
             continue
         if stripped not in named:  # a line that is one name (ls, find) is named once
             whole.append("line:" + stripped[:LINE_CHARS])
+        if stripped[0].isdigit() and (numbered := _NUMBERED_RE.match(line)):
+            numbering.add(numbered[1])
         for token in _TOKEN_RE.findall(PLACEHOLDER_RE.sub(" ", stripped)):
             # a token seen before adds nothing (the ranking keeps first occurrences)
             if token in seen or len(token) < 3:
@@ -490,24 +493,28 @@ def _candidates(
         {*specific, *tokens},
         key=lambda e: (search_key(e) in other, _generic(e), _position(text, e), e),
     )
-    numbering = _numbering(lines[:LINES_EXAMINED])
+    # a numbered view's number column (cat -n, nl, SWE-agent's viewer, grep -n of one file):
+    # a view one line off changes every number, and its lines say more than ten numbers in
+    # a row, so these numbers come last
     positional = [e for e in telling if e.startswith("number:") and e[7:] in numbering]
     if positional:
         telling = [e for e in telling if e not in positional]
     first, more = _one_per_line(telling, lines[:LINES_EXAMINED])
-    return tuple(dict.fromkeys([*first, *whole, *more, *words, *positional]))[: 3 * MAX_ENTITIES]
+    if "Error" in text or "Exception" in text or "Warning" in text:
+        whole.sort(key=lambda line: not _EXCEPTION_RE.match(line, 5))
+    ranked = [*first, *whole, *more, *words, *positional]
+    return tuple(dict.fromkeys(ranked))[: 3 * MAX_ENTITIES]
+
+
+_EXCEPTION_RE = re.compile(r"(?:E\s+)?[A-Za-z_][\w.]*(?:Error|Exception|Warning)\b")
+"""A line that states an exception (``ValueError: too many values to unpack``, pytest's
+``E   AssertionError``): of a traceback's lines the one a reader reads first, so among the
+changed lines it is named first."""
 
 
 _NUMBERED_RE = re.compile(r"\s*(\d+)(?:[\t:]|  )")
 """A line of a numbered file view: ``cat -n`` and ``nl`` (a tab), SWE-agent's viewer and
 ``grep -n`` on one file (a colon)."""
-
-
-def _numbering(lines: Sequence[str]) -> set[str]:
-    """The line numbers in the number column of *lines*: a view shifted by one line changes
-    every one of them, and its lines (``line:``, ranked before) say more than ten numbers in
-    a row, so these numbers come last."""
-    return {match[1] for line in lines if (match := _NUMBERED_RE.match(line))}
 
 
 def with_hex(entities: Sequence[str], raw: str) -> list[str]:
@@ -569,9 +576,9 @@ _NOT_ALNUM = string.punctuation + string.whitespace
 
 def _generic(entity: str) -> bool:
     """Numbers, and listed "files" without an extension (any word a lister split out), tell
-    less than names, paths, errors and identifiers."""
+    less than names, paths, errors and identifiers (a dotfile, ``.flake8``, is a name)."""
     kind, _, value = entity.partition(":")
-    return kind == "number" or (kind == "file" and "." not in value.strip("."))
+    return kind == "number" or (kind == "file" and "." not in value.rstrip("."))
 
 
 def _position(text: str, entity: str) -> int:
@@ -874,7 +881,9 @@ def unshown(
 
     A ``line:`` is never stale: a line the real output lacks is invented at this step even
     when an earlier step showed it (an edit's text echoed back, a run's output repeated),
-    as the rubric's labellers name it; the names inside it may be stale.
+    as the rubric's labellers name it; the names inside it may be stale. So a listed name
+    shown before (``__pycache__`` in another folder's listing) is stale and its line names
+    it as this listing's (:func:`lines_named`, after the others).
     """
     kept: list[str] = []
     stale: set[str] = set()
@@ -887,6 +896,14 @@ def unshown(
         stale |= shown
         kept += [e for e in batch if e not in shown]
     return kept, stale
+
+
+def lines_named(stale: Iterable[str], lines: Sequence[str]) -> list[str]:
+    """``line:`` entities of the *lines* (changed, of one side) that are one *stale* name
+    each: a line is never stale, and a line that is one name (``ls``, ``find``) is otherwise
+    named by its name only."""
+    whole = {line.strip() for line in lines[:LINES_EXAMINED]}
+    return sorted("line:" + value for e in stale if (value := e.partition(":")[2]) in whole)
 
 
 def context_texts(context: CompareContext) -> Iterator[tuple[str, str | None]]:

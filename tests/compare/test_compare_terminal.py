@@ -153,7 +153,8 @@ def test_path_whose_name_was_shown_is_stale(comparator: TerminalComparator) -> N
         context("find /workspace", history),
     )
     assert result.stale == ["path:/workspace/notes.txt"]
-    assert result.hallucinations == ["path:/workspace/todo.txt"]
+    # the stale name's line is invented at this step (the real output is empty): named last
+    assert result.hallucinations == ["path:/workspace/todo.txt", "line:/workspace/notes.txt"]
 
 
 def test_listing_after_cd_is_still_a_listing(comparator: TerminalComparator) -> None:
@@ -273,3 +274,49 @@ def test_a_shifted_numbered_view_names_its_lines_before_its_line_numbers(
     assert result.drift
     assert any("NotImplementedError" in e for e in result.hallucinations[:3])
     assert not any(e.startswith("number:") for e in result.hallucinations[:5])
+
+
+def test_a_listed_name_shown_before_is_named_by_its_line(comparator: TerminalComparator) -> None:
+    """``__pycache__`` in another folder's listing made the name stale (swe|tf|matplotlib__
+    matplotlib-22871|3): the listing's invented line still names it at this step, once."""
+    history = [("ls lib", "__pycache__\nsetup.py\n")]
+    result = comparator.compare(
+        obs("__init__.py\ncolors.py\n"),
+        obs("__init__.py\n__pycache__\ncolors.py\n"),
+        context("ls lib/matplotlib", history),
+    )
+    assert result.stale == ["file:__pycache__"]
+    assert result.hallucinations == ["line:__pycache__"]
+    fresh = comparator.compare(
+        obs("__init__.py\ncolors.py\n"), obs("__init__.py\n__pycache__\ncolors.py\n"), context("ls")
+    )
+    assert fresh.hallucinations == ["file:__pycache__"]
+
+
+def test_dotfiles_are_names_and_rank_before_sizes(comparator: TerminalComparator) -> None:
+    """An ``ls -la`` with invented dotfiles and other sizes (swe|tf|pylint-dev__pylint-7277|1):
+    ``.flake8`` is a name, not an extensionless word ranked with the numbers."""
+    real = "total 96\n-rw-r--r--  1 root root  2006 Oct 24  2024 setup.cfg\n"
+    sim = (
+        "total 100\n-rw-r--r--  1 root root   187 Oct 24  2024 .flake8\n"
+        "-rw-r--r--  1 root root  2010 Oct 24  2024 setup.cfg\n"
+    )
+    result = comparator.compare(obs(real), obs(sim), context("ls -la"))
+    assert result.hallucinations[0] == "file:.flake8"
+
+
+def test_the_exception_line_of_an_invented_traceback_is_the_first_line_named(
+    comparator: TerminalComparator,
+) -> None:
+    """An uncaught error where the real run caught it (swe|tf|scikit-learn__scikit-learn-
+    14894|2): of the traceback's lines, its last one says what happened."""
+    frames = "".join(
+        f'  File "/testbed/sklearn/svm/base.py", line {n}, in fit\n    self._fit(X, y)\n'
+        for n in (198, 291, 305)
+    )
+    sim = f"Traceback (most recent call last):\n{frames}ZeroDivisionError: float division by zero\n"
+    result = comparator.compare(
+        obs("Caught expected ZeroDivisionError\n"), obs(sim), context("python reproduce.py")
+    )
+    lines = [e for e in result.hallucinations if e.startswith("line:")]
+    assert lines[0] == "line:ZeroDivisionError: float division by zero"
