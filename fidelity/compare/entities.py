@@ -337,9 +337,10 @@ def rank(entities: Iterable[str], cap: int | None = MAX_ENTITIES) -> list[str]:
 
 
 def named_once(entities: Iterable[str]) -> list[str]:
-    """*entities* without a ``line:`` whose whole text an entity before it names (a line of
-    ``ls`` or ``find`` that is one name: the terminal comparator's ``line_entities`` ranks it last, for when its
-    name is stale)."""
+    """*entities* without a ``line:`` whose whole text an entity before it names: a line of
+    ``ls`` or ``find`` that is one name is named as a line only while the name is stale
+    (the terminal comparator's ``lines_named``), so once the name is a hallucination again
+    (propagated) its line repeats it."""
     values: set[str] = set()
     out: list[str] = []
     for entity in entities:

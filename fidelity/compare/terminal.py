@@ -445,8 +445,8 @@ def line_entities(
     text order; then each changed line (``line:``, stripped; lines without a letter
     or digit, and lines that are one entity's whole value, aside); then the other words of three letters or more
     of those lines that the other text lacks (``word:``), and last the numbers of a numbered
-    view's number column. Placeholders (volatile values) never become
-    tokens. At most three times
+    view's number column. Placeholders (volatile values) never become tokens. At most three
+    times
     :data:`~fidelity.compare.entities.MAX_ENTITIES` per side (stale ones are taken out
     of the sim side before the cap).
     """
