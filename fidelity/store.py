@@ -44,13 +44,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.processes import alive
 
 if TYPE_CHECKING:
     import numpy
+    from pydantic import TypeAdapter
 
     from fidelity.compare.base import StepComparison
     from fidelity.model import Action, Observation, Trajectory
@@ -300,6 +300,8 @@ def action_adapter() -> TypeAdapter[Action]:
     """Validates one stored action; built on first use. Reading commands never parse actions,
     so the store loads no model of :mod:`fidelity.model` until a method needs one (``fidelity
     runs`` builds no pydantic model)."""
+    from pydantic import TypeAdapter
+
     from fidelity.model import Action
 
     return TypeAdapter(Action)
@@ -387,17 +389,18 @@ class TrajectoryRecord:
         return [SimVariant(self.mode, 0, self.sim, self.comparisons), *self.extra]
 
 
-class ShardReceipt(BaseModel):
+@dataclass(frozen=True)
+class ShardReceipt:
     """What a Ray worker hands back instead of its records: which trajectories, where
-    (the Parquet shard of :mod:`fidelity.store_shards`, merged by :class:`RecordBuffer`)."""
+    (the Parquet shard of :mod:`fidelity.store_shards`, merged by :class:`RecordBuffer`).
+    A dataclass, not a pydantic model: it never crosses an edge (the worker builds it), and
+    the store then loads no pydantic machinery for the commands that only read."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    folder: Path = Field(description="the complete shard folder")
+    folder: Path
+    """the complete shard folder"""
     trajectory_ids: list[str]
-    failed: dict[str, str] = Field(
-        default_factory=dict, description="trajectories whose sandbox failed: id -> error"
-    )
+    failed: dict[str, str] = field(default_factory=dict)
+    """trajectories whose sandbox failed: id -> error"""
 
 
 class RecordBuffer:
@@ -807,16 +810,10 @@ class Store:
 
     def list_runs(self) -> list[dict[str, Any]]:
         """Every run, newest first, with its step and drift counts."""
-        frame = self.connection.execute(
-            f"""
-            SELECT r.run_id, r.started_at, r.finished_at, r.status, r.domain, r.sandbox,
-                   r.mode, r.world_model, count(c.score) AS steps,
-                   avg(CASE WHEN c.infra_failure THEN NULL ELSE c.drift::INT END) AS drift_rate,
-                   {self._owner_columns()}
-            FROM runs r LEFT JOIN comparisons c USING (run_id)
-            GROUP BY ALL ORDER BY r.started_at DESC
-            """
-        ).fetchall()
+        try:
+            rows = self._run_rows("r.owner_pid, r.owner_host")
+        except duckdb.BinderException:  # written before the owner columns, opened read-only
+            rows = self._run_rows("NULL::INTEGER AS owner_pid, NULL::VARCHAR AS owner_host")
         keys = [
             "run_id",
             "started_at",
@@ -831,24 +828,25 @@ class Store:
             "owner_pid",
             "owner_host",
         ]
-        runs = [dict(zip(keys, row, strict=True)) for row in frame]
+        runs = [dict(zip(keys, row, strict=True)) for row in rows]
         for run in runs:
             run["world_model"] = json.loads(run["world_model"])
             run["status"] = run_status(run["status"], run["owner_pid"], run["owner_host"])
         return runs
 
-    def _owner_columns(self) -> str:
-        """The owner columns, or NULLs in a file written before they existed and opened
-        read-only (only a writable open adds them)."""
-        # pragma_table_info reads one table's catalog entry; information_schema.columns
-        # builds a view of every column of every catalog (tens of ms at start-up)
-        present = self.connection.execute(
-            "SELECT count(*) FROM pragma_table_info('runs') "
-            "WHERE name IN ('owner_pid', 'owner_host')"
-        ).fetchone()
-        if present is not None and present[0] == 2:
-            return "r.owner_pid, r.owner_host"
-        return "NULL::INTEGER AS owner_pid, NULL::VARCHAR AS owner_host"
+    def _run_rows(self, owner_columns: str) -> list[tuple[Any, ...]]:
+        """The rows of :meth:`list_runs`, with *owner_columns* for the owner (one query: asking
+        the catalog first whether the columns exist cost a second one at every start)."""
+        return self.connection.execute(
+            f"""
+            SELECT r.run_id, r.started_at, r.finished_at, r.status, r.domain, r.sandbox,
+                   r.mode, r.world_model, count(c.score) AS steps,
+                   avg(CASE WHEN c.infra_failure THEN NULL ELSE c.drift::INT END) AS drift_rate,
+                   {owner_columns}
+            FROM runs r LEFT JOIN comparisons c USING (run_id)
+            GROUP BY ALL ORDER BY r.started_at DESC
+            """
+        ).fetchall()
 
     # -- trajectories ---------------------------------------------------------------
 

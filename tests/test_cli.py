@@ -233,12 +233,8 @@ def fill(folder: Path, leave: int = 0) -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("-3", "Invalid value for '--limit': Input should be greater than or equal to 1"),
-        (
-            "x",
-            "Invalid value for '--limit': Input should be a valid integer, unable to parse "
-            "string as an integer",
-        ),
+        ("-3", "Invalid value for '--limit': -3 is not in the range x>=1."),
+        ("x", "Invalid value for '--limit': 'x' is not a valid int range."),
     ],
 )
 def test_bad_limit_is_one_line(tmp_path: Path, value: str, message: str) -> None:
