@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import signal
 import time
@@ -231,7 +232,10 @@ def is_mount(target: Path) -> bool:
     return False
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    """The C library, loaded once: ``find_library`` runs ``ldconfig -p`` in a child process
+    at every call (six per sandbox: its mounts and unmounts)."""
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
