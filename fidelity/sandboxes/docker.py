@@ -49,6 +49,7 @@ from fidelity.sandboxes.images import (
     ImageProfile,
     docker_client,
     ensure_image,
+    no_daemon,
     resolve_image,
 )
 from fidelity.sandboxes.shell import (
@@ -958,21 +959,25 @@ def _none_labelled(label: str) -> bool:
 
     Asked over its Unix socket with the standard library: an audit of any domain sweeps
     Docker's leftovers, and importing the SDK to learn that there are none cost an audit
-    0.4 s of CPU. False whenever that cannot be told this way (``DOCKER_HOST`` names no
-    Unix socket, no socket, an error, an answer that is not a list): the SDK then asks,
-    and says why it cannot.
+    0.4 s of CPU. A socket that does not exist, or that nobody listens on, means no daemon
+    runs (SandboxUnavailableError, as the SDK's client would say, told without it). False
+    whenever the answer cannot be told this way (``DOCKER_HOST`` names no Unix socket, any
+    other error, an answer that is not a list): the SDK then asks, and says why it cannot.
     """
     host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
     if not host.startswith("unix://"):
         return False
+    path = host.removeprefix("unix://")
     query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": [label]})})
-    connection = _UnixConnection(host.removeprefix("unix://"))
+    connection = _UnixConnection(path)
     try:
         connection.request("GET", f"/containers/json?{query}")
         response = connection.getresponse()
         listed = json.loads(response.read()) if response.status == 200 else None
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise no_daemon(f"nothing listens on {path}: {exc.strerror}") from exc
     except (OSError, http.client.HTTPException, ValueError):
-        return False  # no daemon on that socket, or a garbled answer: the SDK's error says why
+        return False  # a garbled answer, a socket we may not open: the SDK's error says why
     finally:
         connection.close()
     return listed == []
@@ -997,7 +1002,8 @@ def sweep_stale(owner: int | None = None) -> int:
     With *owner*, only that (dead) process's containers.
     """
     label = f"{LABEL_OWNER}={owner}" if owner is not None else LABEL_OWNER
-    if _none_labelled(label):  # the common case, told without loading the SDK
+    # the common cases (none labelled; no daemon at all: raised) told without loading the SDK
+    if _none_labelled(label):
         return 0
     client = docker_client()
     removed = 0

@@ -96,12 +96,17 @@ def docker_client() -> Any:
         client = docker.from_env(timeout=120)
         client.ping()
     except docker.errors.DockerException as exc:
-        raise SandboxUnavailableError(
-            f"no Docker daemon answers ({exc}). Install and start one, e.g. as root: "
-            "apt-get install docker.io && dockerd --storage-driver=overlay2 --iptables=false "
-            "--bridge=none &  (or use --sandbox local)"
-        ) from exc
+        raise no_daemon(str(exc)) from exc
     return client
+
+
+def no_daemon(reason: str) -> SandboxUnavailableError:
+    """The error for a Docker daemon that does not answer (*reason*: why), with the fix."""
+    return SandboxUnavailableError(
+        f"no Docker daemon answers ({reason}). Install and start one, e.g. as root: "
+        "apt-get install docker.io && dockerd --storage-driver=overlay2 --iptables=false "
+        "--bridge=none &  (or use --sandbox local)"
+    )
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -218,13 +219,42 @@ def test_a_sweep_with_nothing_to_remove_loads_no_docker_sdk(docker: None) -> Non
 
 
 def test_the_socket_question_leaves_other_daemons_to_the_sdk(
-    docker: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    docker: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     label = f"{LABEL_OWNER}=1"
     assert _none_labelled(label)  # the daemon the tests run answers on its default socket
-    for host in ("tcp://127.0.0.1:1", f"unix://{tmp_path}/no.sock", "ssh://user@host"):
+    for host in ("tcp://127.0.0.1:1", "ssh://user@host"):
         monkeypatch.setenv("DOCKER_HOST", host)
         assert not _none_labelled(label), host  # the SDK asks, and says why it cannot
+
+
+def test_no_daemon_on_the_socket_is_told_without_the_sdk(tmp_path: Path) -> None:
+    # a socket file nobody listens on (a daemon that died), and no socket at all (none
+    # installed): the sweep's error is the SDK client's, and the SDK is never imported
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
+        bound.bind(str(stale))
+    probe = (
+        "import sys\n"
+        "from fidelity.errors import SandboxUnavailableError\n"
+        "from fidelity.sandboxes.docker import sweep_stale\n"
+        "from fidelity.sandboxes.registry import sweep_all\n"
+        "try:\n"
+        "    sweep_stale()\n"
+        "except SandboxUnavailableError as exc:\n"
+        "    print(str(exc).split('. ')[0])\n"
+        "sweep_all()  # the audit's sweep goes on without Docker\n"
+        "print(sorted(m for m in sys.modules if m == 'docker' or m.startswith('docker.')))"
+    )
+    for path, reason in ((stale, "Connection refused"), (tmp_path / "none.sock", "No such file")):
+        env = {**os.environ, "DOCKER_HOST": f"unix://{path}"}
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        said, imported = done.stdout.splitlines()
+        assert said.startswith(f"no Docker daemon answers (nothing listens on {path}: {reason}")
+        assert imported == "[]"
 
 
 def test_the_socket_question_sees_a_labelled_container(terminal_image: str) -> None:
