@@ -11,7 +11,9 @@ import hashlib
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from enum import StrEnum
+from functools import lru_cache
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
 
@@ -624,16 +626,24 @@ class Trajectory(Strict):
         )
 
 
+@lru_cache(maxsize=4096)
 def command_name(command: str) -> str:
     """The program a shell command line starts: ``cd src && ls -la`` → ``cd``.
 
     Leading variable assignments and ``sudo``/``env`` are skipped; ``git`` and
     ``python -m`` keep their subcommand (``git log``, ``python -m pytest``).
+    Remembered per command line (agents repeat theirs; the comparator and the store
+    both ask).
     """
     try:
         words = shlex.split(command.strip().splitlines()[0] if command.strip() else "")
     except ValueError:
         words = command.split()
+    return program_name(words)
+
+
+def program_name(words: Sequence[str]) -> str:
+    """:func:`command_name` of a command line already split into shell words."""
     words = [w for w in words if "=" not in w or w.startswith(("-", "/", "."))]
     while words and words[0] in {"sudo", "env", "time", "nohup", "command"}:
         words = words[1:]

@@ -11,7 +11,7 @@ import shlex
 from functools import lru_cache
 from typing import NamedTuple
 
-from fidelity.model import command_name
+from fidelity.model import program_name
 
 
 class Stage(NamedTuple):
@@ -46,7 +46,7 @@ def pipeline(command: str) -> tuple[Stage, ...]:
         if token != "|":
             words.append(token)
         elif words:
-            stages.append(Stage(command_name(shlex.join(words)), tuple(words)))
+            stages.append(Stage(program_name(words), tuple(words)))
             words = []
     return tuple(stages)
 

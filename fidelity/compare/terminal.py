@@ -860,15 +860,24 @@ def _plain_mentioned(entity: str, normalized: str) -> bool:
     kind, _, value = entity.partition(":")
     if kind == "line":
         return value in normalized
-    at = normalized.find(value)
+    return _as_word(value, normalized, "_.", "_")
+
+
+def _as_word(value: str, text: str, not_before: str, not_after: str) -> bool:
+    r"""Whether *value* is in *text* with no letter, digit or one of *not_before* just before
+    it and no letter, digit or one of *not_after* just after it: ``(?<![\w.])value(?!\w)``
+    for ``("_.", "_")``, without compiling a pattern per value (``str.isalnum`` is a
+    pattern's ``\w`` less ``_``)."""
+    at = text.find(value)
     while at != -1:
         end = at + len(value)
-        before = normalized[at - 1] if at else " "
-        after = normalized[end : end + 1]
-        # the boundaries of (?<![\w.])value(?!\w): str.isalnum is the pattern's \w less "_"
-        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
+        before = text[at - 1] if at else " "
+        after = text[end : end + 1]
+        if not (before.isalnum() or before in not_before) and not (
+            after.isalnum() or (after != "" and after in not_after)
+        ):
             return True
-        at = normalized.find(value, at + 1)
+        at = text.find(value, at + 1)
     return False
 
 
@@ -923,13 +932,13 @@ def _name_mentioned(entity: str, text: str) -> bool:
     if kind == "line":
         return value in text
     if kind in {"word", "ident"}:
-        return re.search(rf"(?<![\w.]){re.escape(value)}(?![\w])", text) is not None
+        return _as_word(value, text, "_.", "_")
     if kind not in {"file", "path"}:
         return False
     name = _base_name(value)
     if not name or PLACEHOLDER_RE.fullmatch(name):
         return False
-    return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text) is not None
+    return _as_word(name, text, "_.-", "_-")
 
 
 def _exit_match(real: Observation, sim: Observation) -> bool | None:

@@ -62,15 +62,22 @@ def test_curl_runs_differing_only_in_the_meter_do_not_drift() -> None:
     assert result.normalizations["curl_progress"] == 2
 
 
-def test_plain_mention_is_the_regex_mention_on_the_whole_text() -> None:
-    """``word:`` and ``line:`` are looked up on the whole text with ``str.find`` (no regex):
-    the same answers as :func:`_name_mentioned` over random texts of letters and boundaries."""
+def test_mentions_are_the_boundary_regexes() -> None:
+    """Names are found with ``str.find`` and their boundaries checked by hand (no pattern
+    compiled per name): the answers of the regexes ``(?<![\\w.])name(?!\\w)`` (words,
+    identifiers) and ``(?<![\\w.-])name(?![\\w-])`` (a file's base name), over random texts
+    of letters and boundaries."""
     rng = random.Random(5)
     for _ in range(20_000):
         text = "".join(rng.choice("ab._- é\n1Z") for _ in range(rng.randint(0, 14)))
-        value = "".join(rng.choice("abZ") for _ in range(rng.randint(1, 3)))
-        for entity in ("word:" + value, "line:" + value + " " + value):
-            assert _plain_mentioned(entity, text) == _name_mentioned(entity, text), (entity, text)
+        value = "".join(rng.choice("abZ.") for _ in range(rng.randint(1, 3)))
+        word = re.search(rf"(?<![\w.]){re.escape(value)}(?!\w)", text) is not None
+        name = re.search(rf"(?<![\w.-]){re.escape(value)}(?![\w-])", text) is not None
+        assert _plain_mentioned("word:" + value, text) == word, (value, text)
+        assert _name_mentioned("ident:" + value, text) == word, (value, text)
+        assert _name_mentioned("file:src/" + value, text) == name, (value, text)
+        line = f"line:{value} {value}"
+        assert _plain_mentioned(line, text) == _name_mentioned(line, text) == (line[5:] in text)
     # the boundaries: no word character or "." before, no word character after
     assert _plain_mentioned("word:abc", "x abc.")
     assert not _plain_mentioned("word:abc", "x.abc ")
