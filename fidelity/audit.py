@@ -19,8 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import fidelity
 from fidelity import pipeline
-from fidelity.analysis.models import RunSummary
-from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
+from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT, RunSummary
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import TRUNCATE_AT
 from fidelity.errors import Interrupted, StoreError, UsageError
@@ -179,9 +178,7 @@ def run_audit(
     )
     notice = baseline_notice(config.sim)
     run_id = config.run_id or new_run_id()
-    # only for a report: its templates (jinja2) cost more than a short audit; made ready
-    # beside the audit, then used once the summary is known
-    report_ready = _report_writer() if config.report else None
+    tail = _Tail(report=config.report is not None)
     progress = progress or (lambda phase, n: None)
     limit = (
         horizon_limit(policy, config.audited_domain.value, DEFAULT_HORIZON_LIMIT)
@@ -193,9 +190,10 @@ def run_audit(
         resumed, skipped, failed, summary = asyncio.run(
             _checked_and_swept(
                 model,
-                lambda: _audit_run(
+                tail.start,
+                lambda begin: _audit_run(
                     config, run_id, suite_path, trajectories, model, description, progress, limit,
-                    told,
+                    told, begin,
                 ),
             )
         )  # fmt: skip
@@ -203,8 +201,8 @@ def run_audit(
         raise Interrupted(told.text) from exc
     verdict = evaluate(summary, policy) if policy else None
     report = None
-    if report_ready is not None:  # config.report is set
-        write = report_ready.result()
+    write = tail.report_writer()
+    if write is not None and config.report is not None:
         report = str(write(summary, config.report, verdict.model_dump() if verdict else None))
     return AuditResult(
         run_id=run_id,
@@ -234,23 +232,39 @@ def build_world_model(
     return sim.world_model.build(corpus), sim.world_model.notice()
 
 
-async def _checked_and_swept(model: WorldModel | None, work: Callable[[], Awaitable[_T]]) -> _T:
-    """Check the endpoint, then await *work* with the leftover sweep running beside it.
+async def _checked_and_swept(
+    model: WorldModel | None,
+    beside: Callable[[], object],
+    work: Callable[[Callable[[], None]], Awaitable[_T]],
+) -> _T:
+    """Check the endpoint, then await *work*; the leftover sweep (and *beside*) start on
+    threads when *work* calls the callback it is given, or once it is done if it never did.
 
     Every backend's leftovers of killed audits (SIGKILL skips every finally) are swept on
     a thread (importing the Docker client and asking its daemon take a tenth of a second or
-    more); a sweep touches only dead owners' sandboxes, never this run's.
+    more); a sweep touches only dead owners' sandboxes, never this run's. *work* calls back
+    once its first sandbox has replayed: what the threads load then costs the sandboxes
+    little (they wait on their shells), while before the first sandbox it delays them all.
+    An audit that fails before it called back sweeps nothing (the next one does).
     """
     if model is not None:
         await model.check()  # an unreachable endpoint fails before anything is written
-    sweeping = asyncio.ensure_future(asyncio.to_thread(sweep_all))
+    sweeping: list[asyncio.Future[int]] = []
+
+    def begin() -> None:
+        if not sweeping:
+            sweeping.append(asyncio.ensure_future(asyncio.to_thread(sweep_all)))
+            beside()
+
     try:
-        result = await work()
+        result = await work(begin)
     except BaseException:
         with contextlib.suppress(Exception):  # the audit's own error is the one to show
-            await sweeping
+            for sweep in sweeping:
+                await sweep
         raise
-    await sweeping  # a sweep's error (a daemon failing mid-sweep) comes out after all
+    begin()
+    await sweeping[0]  # a sweep's error (a daemon failing mid-sweep) comes out after all
     return result
 
 
@@ -264,6 +278,7 @@ async def _audit_run(
     progress: pipeline.ProgressCallback,
     limit: float,
     told: _Told,
+    begin: Callable[[], None],
 ) -> tuple[bool, int, list[str], RunSummary]:
     """Open the run, audit what is pending, summarize.
 
@@ -282,8 +297,16 @@ async def _audit_run(
         pending = [t for t in trajectories if t.id not in done]
         progress("total", len(pending))
         tasks = [_task(config, sandbox, t) for t in pending]
+
+        def progress_and_begin(phase: str, count: int) -> None:
+            if phase == "real":  # a sandbox has replayed: the others are running
+                begin()
+            progress(phase, count)
+
         try:
-            failed = await _audit(config, store, run_id, tasks, trajectories, model, progress)
+            failed = await _audit(
+                config, store, run_id, tasks, trajectories, model, progress_and_begin
+            )
         except BaseException:
             close_all()
             told.count(store, run_id)
@@ -293,6 +316,8 @@ async def _audit_run(
                 store.finish_run(run_id, "interrupted")
             raise
         store.finish_run(run_id, "done")
+        from fidelity.analysis.summary import summarize  # numpy: loaded beside the sandboxes
+
         summary = summarize(store, run_id, horizon_limit=limit)
     return resumed, len(trajectories) - len(pending), failed, summary
 
@@ -463,22 +488,41 @@ def _run_info(
     }
 
 
-def _report_writer() -> Future[Callable[..., Path]]:
-    """The report writer, imported (with its template compiled) on a thread of its own while
-    the audit runs: its libraries and template cost a few tenths of a second of CPU that the
-    sandboxes' waits leave free. Its error (a broken install) comes out of ``result()``."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="fidelity-report")
-    try:
-        return pool.submit(_prepared_writer)
-    finally:
-        pool.shutdown(wait=False)
+class _Tail:
+    """What the audit's end needs, loaded on a thread of its own while the sandboxes run:
+    the summary's libraries (numpy) and, for a report, its template (jinja2) compiled. They
+    cost a few tenths of a second of CPU that the sandboxes' waits leave free, and would
+    otherwise come before the first sandbox or after the last. A load's error (a broken
+    install) comes out of :meth:`report_writer`.
+    """
 
+    def __init__(self, report: bool) -> None:
+        self.report = report
+        self._loaded: Future[Callable[..., Path] | None] | None = None
 
-def _prepared_writer() -> Callable[..., Path]:
-    from fidelity.report.html import prepare, write_report
+    def start(self) -> Future[Callable[..., Path] | None]:
+        """Start loading (once); the load's future."""
+        if self._loaded is None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="fidelity-tail")
+            try:
+                self._loaded = pool.submit(self._load)
+            finally:
+                pool.shutdown(wait=False)
+        return self._loaded
 
-    prepare()
-    return write_report
+    def report_writer(self) -> Callable[..., Path] | None:
+        """The report writer, ready (None without a report); waits for the load."""
+        return self.start().result()
+
+    def _load(self) -> Callable[..., Path] | None:
+        import fidelity.analysis.summary  # noqa: F401 - numpy and the analysis
+
+        if not self.report:
+            return None
+        from fidelity.report.html import prepare, write_report
+
+        prepare()
+        return write_report
 
 
 def new_run_id() -> str:

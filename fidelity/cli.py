@@ -1103,7 +1103,8 @@ def _layout(value: str | None) -> str:
 
 
 def _gate_run(db: Path, run: str | None, rules: Any) -> Any:
-    from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
+    from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT
+    from fidelity.analysis.summary import summarize
     from fidelity.gate import evaluate, horizon_limit
     from fidelity.store import Store
 

@@ -66,7 +66,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from fidelity import gate_outputs, pipeline
 from fidelity import store_queries as queries
 from fidelity.analysis.cells import trajectory_horizons
-from fidelity.analysis.summary import DEFAULT_HORIZON_LIMIT, summarize
+from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT
+from fidelity.analysis.summary import summarize
 from fidelity.audit import code_version, new_run_id
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import TRUNCATE_AT

@@ -771,8 +771,13 @@ class Store:
             os.getpid(),
             socket.gethostname(),
         )
+        columns = COLUMNS["runs"]
+        # one row: a parameterised statement (registering columns costs more, and numpy)
         with self._writing("write to"):
-            _insert_rows(self.connection, "runs", [row])
+            self.connection.execute(
+                f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(row))})",
+                row,
+            )
         return False
 
     def finish_run(self, run_id: str, status: str) -> None:

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.worldmodels.metrics import Controllability, SampleSpread
 
+DEFAULT_HORIZON_LIMIT = 0.10
+"""The drift rate a run's trust horizon allows at every depth, where no policy sets one."""
+
 
 class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid")

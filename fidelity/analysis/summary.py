@@ -8,6 +8,7 @@ from fidelity import store_queries as queries
 from fidelity.analysis import cells as _cells
 from fidelity.analysis.cells import MIN_CELL_STEPS, trust_horizon
 from fidelity.analysis.models import (
+    DEFAULT_HORIZON_LIMIT,
     ActionRow,
     DepthRow,
     JudgeFigures,
@@ -22,7 +23,6 @@ from fidelity.analysis.simulation import simulation_figures
 from fidelity.pipeline import UNVERIFIABLE
 from fidelity.store import Store, run_status
 
-DEFAULT_HORIZON_LIMIT = 0.10
 WORST_STEPS = 25
 
 # Rates are over compared steps: infrastructure failures are counted apart.

@@ -1,6 +1,6 @@
 """Sandbox folders and the sweep that runs beside an audit's replays.
 
-``run_audit`` sweeps dead processes' leftovers on a thread while its own sandboxes start.
+``run_audit`` sweeps dead processes' leftovers on a thread while its own sandboxes run.
 CI at 56a632c lost a browser root that way: the sweep met the folder between ``mkdtemp``
 and the write of its ``owner.pid``, took it for a dead process's, and deleted it
 (``FileNotFoundError`` on ``owner.pid``). A folder now carries its owner in its name.
