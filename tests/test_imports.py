@@ -269,6 +269,18 @@ def test_an_audit_with_the_copy_baseline_imports_only_its_report_libraries(
     assert len(loaded) <= CEILING["audit"], len(loaded)
 
 
+def test_the_audit_loads_what_its_end_needs_beside_its_sandboxes() -> None:
+    """Before its first sandbox, an audit imports no numpy (the summary's) and no jinja2 (the
+    report's): a thread loads them once the sandboxes run (``fidelity.audit._Tail``)."""
+    script = (
+        "import sys; import fidelity.cli, fidelity.audit; "
+        "print(sorted({'numpy', 'jinja2', 'fidelity.analysis.summary'} & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def named_by_string(known: dict[str, tuple[Path | None, bool]]) -> set[str]:
     """Modules the package names in a string constant rather than an import statement.
 
