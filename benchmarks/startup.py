@@ -20,7 +20,7 @@ command used (its own and its children's: steadier than wall time on a busy mach
   overhead over the replay itself (simulate, compare, store, report; target
   <= 1.15x).
 
-    python benchmarks/startup.py [--runs 7] [--runs-only]
+    python benchmarks/startup.py [--runs 7] [--runs-only | --audit-only]
 """
 
 from __future__ import annotations
@@ -135,8 +135,9 @@ def print_ratio(
     target: float | None,
 ) -> None:
     """Both wall medians, their ratio and its target; the spread (range of each command's
-    wall times, range of the ratio of each run to the base run taken beside it); the CPU
-    medians and their ratio."""
+    wall times, range and median of the ratio of each run to the base run taken beside it:
+    steadier than the ratio of medians where the host's speed drifts during a measurement);
+    the CPU medians and their ratio."""
     seconds, base = (statistics.median(t.wall for t in ts) for ts in (times, base_times))
     print(
         f"{label}: {seconds:.3f} s vs {base_label}: {base:.3f} s: {seconds / base:.2f}x "
@@ -146,17 +147,35 @@ def print_ratio(
     print(
         f"  spread: {min(t.wall for t in times):.3f}-{max(t.wall for t in times):.3f} s vs "
         f"{min(t.wall for t in base_times):.3f}-{max(t.wall for t in base_times):.3f} s; "
-        f"ratio of each pair {pairs[0]:.2f}-{pairs[-1]:.2f}x"
+        f"ratio of each pair {pairs[0]:.2f}-{pairs[-1]:.2f}x (median {statistics.median(pairs):.2f}x)"
     )
     cpu, base_cpu = (statistics.median(t.cpu for t in ts) for ts in (times, base_times))
     print(f"  CPU: {cpu:.3f} s vs {base_cpu:.3f} s: {cpu / base_cpu:.2f}x")
 
 
+def print_runs(count: int, db: str) -> None:
+    """``fidelity runs --db *db*`` against its three baselines, *count* alternated runs each."""
+    runs, deps, used, bare = alternated(
+        count,
+        lambda _: timed([*FIDELITY, "runs", "--db", db]),
+        lambda _: timed(DEPENDENCIES),
+        lambda _: timed(USED),
+        lambda _: timed([sys.executable, "-c", BARE_RUNS, "runs", "--db", db]),
+    )
+    print_ratio("fidelity runs --db X", runs, "import duckdb, typer, pydantic", deps, 1.3)
+    print_ratio("fidelity runs --db X", runs, USED[-1], used, 1.3)
+    print_ratio("fidelity runs --db X", runs, "the same listing without fidelity", bare, None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7, help="alternated runs of each command")
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
         "--runs-only", action="store_true", help="measure `fidelity runs` only, not the audit"
+    )
+    only.add_argument(
+        "--audit-only", action="store_true", help="measure the audit only, not `fidelity runs`"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
@@ -167,17 +186,9 @@ def main() -> None:
         db = str(folder / "audit-1.duckdb")
         timed(replay_command(folder), env=BYTECODE_WRITTEN)
         timed([*FIDELITY, "runs", "--db", db], env=BYTECODE_WRITTEN)
-        runs, deps, used, bare = alternated(
-            args.runs,
-            lambda _: timed([*FIDELITY, "runs", "--db", db]),
-            lambda _: timed(DEPENDENCIES),
-            lambda _: timed(USED),
-            lambda _: timed([sys.executable, "-c", BARE_RUNS, "runs", "--db", db]),
-        )
         print(f"median of {args.runs} alternated runs each ({sys.executable})")
-        print_ratio("fidelity runs --db X", runs, "import duckdb, typer, pydantic", deps, 1.3)
-        print_ratio("fidelity runs --db X", runs, USED[-1], used, 1.3)
-        print_ratio("fidelity runs --db X", runs, "the same listing without fidelity", bare, None)
+        if not args.audit_only:
+            print_runs(args.runs, db)
         if args.runs_only:
             return
         audit, replay = alternated(
