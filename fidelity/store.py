@@ -771,13 +771,8 @@ class Store:
             os.getpid(),
             socket.gethostname(),
         )
-        columns = COLUMNS["runs"]
-        # one row: a parameterised statement (registering columns costs more, and numpy)
         with self._writing("write to"):
-            self.connection.execute(
-                f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(row))})",
-                row,
-            )
+            _insert_rows(self.connection, "runs", [row])
         return False
 
     def finish_run(self, run_id: str, status: str) -> None:
@@ -1240,9 +1235,16 @@ class _Batch:
 
 
 def _insert_rows(tx: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Insert *rows* (in :data:`COLUMNS` order) into *table* by column name, in one statement."""
-    if rows:
-        columns = COLUMNS[table]
+    """Insert *rows* (in :data:`COLUMNS` order) into *table* by column name, in one statement.
+
+    One row is bound as parameters (registering its columns as arrays costs more than the
+    row, and loads numpy: an audit's run row is written before its first sandbox starts).
+    """
+    columns = COLUMNS[table]
+    if len(rows) == 1:
+        values = ", ".join(_DECODE_LIST.format("?") if name in _DECODE else "?" for name in columns)
+        tx.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values})", list(rows[0]))
+    elif rows:
         _insert_columns(
             tx,
             table,
@@ -1287,7 +1289,9 @@ _LISTS = ("hallucinations", "omissions", "stale", "reasons")
 """The list columns of ``comparisons``: they travel as JSON text, NULL when empty (DuckDB
 converts a Python list cell by cell, several times slower than it parses JSON)."""
 
-_DECODE = {name: f"coalesce(from_json({name}, '[\"VARCHAR\"]'), [])" for name in _LISTS}
+_DECODE_LIST = "coalesce(from_json({}, '[\"VARCHAR\"]'), [])"
+"""The SQL that turns a list column's JSON text (see :data:`_LISTS`) back into a list."""
+_DECODE = {name: _DECODE_LIST.format(name) for name in _LISTS}
 
 
 def _json_list(items: list[str]) -> str | None:
