@@ -235,7 +235,7 @@ def build_world_model(
 async def _checked_and_swept(
     model: WorldModel | None,
     beside: Callable[[], object],
-    work: Callable[[Callable[[], None]], Awaitable[_T]],
+    work: Callable[[Callable[[], object]], Awaitable[_T]],
 ) -> _T:
     """Check the endpoint, then await *work*; the leftover sweep (and *beside*) start on
     threads when *work* calls the callback it is given, or once it is done if it never did.
@@ -249,22 +249,23 @@ async def _checked_and_swept(
     """
     if model is not None:
         await model.check()  # an unreachable endpoint fails before anything is written
-    sweeping: list[asyncio.Future[int]] = []
+    sweeping: asyncio.Future[int] | None = None
 
-    def begin() -> None:
-        if not sweeping:
-            sweeping.append(asyncio.ensure_future(asyncio.to_thread(sweep_all)))
+    def begin() -> asyncio.Future[int]:
+        nonlocal sweeping
+        if sweeping is None:
+            sweeping = asyncio.ensure_future(asyncio.to_thread(sweep_all))
             beside()
+        return sweeping
 
     try:
         result = await work(begin)
     except BaseException:
-        with contextlib.suppress(Exception):  # the audit's own error is the one to show
-            for sweep in sweeping:
-                await sweep
+        if sweeping is not None:
+            with contextlib.suppress(Exception):  # the audit's own error is the one to show
+                await sweeping
         raise
-    begin()
-    await sweeping[0]  # a sweep's error (a daemon failing mid-sweep) comes out after all
+    await begin()  # a sweep's error (a daemon failing mid-sweep) comes out after all
     return result
 
 
@@ -278,7 +279,7 @@ async def _audit_run(
     progress: pipeline.ProgressCallback,
     limit: float,
     told: _Told,
-    begin: Callable[[], None],
+    begin: Callable[[], object],
 ) -> tuple[bool, int, list[str], RunSummary]:
     """Open the run, audit what is pending, summarize.
 
