@@ -28,12 +28,13 @@ from fidelity.gate import Verdict, evaluate, horizon_limit, load_policy
 from fidelity.model import Domain, Observation, Trajectory, stable_hash
 from fidelity.pipeline import SimConfig
 from fidelity.resources import default_suite
-from fidelity.sandboxes import backend_for, sandbox_config, sweep_all
+from fidelity.sandboxes import SandboxChooser, backend_for, sweep_all
 from fidelity.sandboxes.base import close_all
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.store import DEFAULT_DB, RecordBuffer, ReplayedRecord, Store, TrajectoryRecord
 from fidelity.store_shards import ShardReceipt
 from fidelity.task import TrajectoryTask
+from fidelity.trust import DatasetTrust
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import needs_real_corpus
 
@@ -90,6 +91,11 @@ class AuditConfig(BaseModel):
         default=None,
         description="the container image of trajectories whose env.image is unset "
         "(docker/swe backends; a trajectory's own env.image wins)",
+    )
+    trust: DatasetTrust = Field(
+        default_factory=DatasetTrust,
+        description="what the operator allowed the suite (host commands, sites); the bundled "
+        "suites are the project's own and not checked",
     )
 
     @property
@@ -164,7 +170,13 @@ def run_audit(
     if config.domain is None:
         domain = pipeline.single_domain(trajectories, suite_path)
         config = config.model_copy(update={"domain": pipeline.check_domain(domain, config.sandbox)})
-    trajectories = pipeline.with_default_image(trajectories[: config.limit], config.image)
+    trajectories = pipeline.with_default_image(
+        trajectories[: config.limit], config.image, config.sandbox
+    )
+    chooser = SandboxChooser(config.sandbox, config.sandbox_options)
+    pipeline.check_backends(trajectories, chooser, suite_path)
+    if config.suite is not None:
+        pipeline.check_trust(trajectories, config.trust, suite_path)
     policy = load_policy(config.policy) if config.policy else None
     # The retrieval baseline indexes this run's real replays, so it is built after them.
     model = None if needs_real_corpus(config.sim.world_model) else build_world_model(config.sim)[0]
@@ -287,9 +299,7 @@ async def _audit_run(
     interrupt (or any failure) the run is marked ``interrupted`` and *told* says what
     the database holds.
     """
-    sandbox = sandbox_config(
-        config.audited_domain.value, config.sandbox, config.sandbox_options, run_id
-    )
+    chooser = SandboxChooser(config.sandbox, config.sandbox_options, run_id)
     with Store(config.db) as store:
         resumed = store.start_run(run_id, _run_info(config, suite_path, trajectories, description))
         # what an interrupted attempt's workers finished is kept
@@ -297,7 +307,7 @@ async def _audit_run(
         done = store.done_trajectories(run_id)
         pending = [t for t in trajectories if t.id not in done]
         progress("total", len(pending))
-        tasks = [_task(config, sandbox, t) for t in pending]
+        tasks = [_task(config, chooser.config_for(t.domain.value, t.env), t) for t in pending]
 
         def progress_and_begin(phase: str, count: int) -> None:
             if phase == "real":  # a sandbox has replayed: the others are running
@@ -402,12 +412,19 @@ async def _audit(
             ]
 
             def keep(record: TrajectoryRecord) -> None:
-                reals[record.trajectory.id] = pipeline.Replayed(None, record.real, record.error)
+                # the real check's outcome too: the second pass only simulates and compares
+                reals[record.trajectory.id] = pipeline.Replayed(
+                    None, record.real, record.error, record.outcome
+                )
                 seen[record.trajectory.id] = record.trajectory
                 store.write_replayed(
                     run_id,
                     ReplayedRecord(
-                        record.trajectory, record.real, record.real_seconds, record.error
+                        record.trajectory,
+                        record.real,
+                        record.real_seconds,
+                        record.error,
+                        record.outcome,
                     ),
                 )
 
@@ -446,7 +463,7 @@ def _stored_reals(
             if replay.initial_observation is None
             else Observation(text=replay.initial_observation)
         )
-        reals[trajectory.id] = pipeline.Replayed(None, replay.real, replay.error)
+        reals[trajectory.id] = pipeline.Replayed(None, replay.real, replay.error, replay.outcome)
         seen[trajectory.id] = pipeline.with_initial(trajectory, initial)
     return reals, seen
 

@@ -16,11 +16,11 @@ from fidelity.executors import LocalExecutor
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.model import Observation, Step, Trajectory
 from fidelity.pipeline import SimConfig
-from fidelity.sandboxes import sandbox_config
+from fidelity.sandboxes import SandboxChooser
 from fidelity.sandboxes.base import close_all
-from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.store import TimedObservation, TrajectoryRecord
 from fidelity.task import TrajectoryTask
+from fidelity.trust import DatasetTrust
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.metrics import (
     Controllability,
@@ -63,30 +63,32 @@ def replay_suite(
     progress: pipeline.ProgressCallback | None = None,
     allowed_roots: Sequence[str | os.PathLike[str]] = (),
     image: str | None = None,
+    trust: DatasetTrust | None = None,
 ) -> BatchResult:
     """Replay every trajectory of *suite* for real and write them with real observations.
 
-    *image* is the container image of trajectories whose ``env.image`` is unset.
+    *image* is the container image of trajectories whose ``env.image`` is unset. *trust*
+    is what the operator allowed the data (default: nothing: a host command it names, or a
+    site that is not the operator's, is a UsageError before anything runs).
 
     Its ``env.workdir`` and ``@file`` setup paths must lie inside the suite's folder or
     *allowed_roots* (:func:`fidelity.formats.jsonl.confine_paths`).
     """
     trajectories = pipeline.with_default_image(
-        pipeline.load_suite(suite, allowed_roots=allowed_roots), image
+        pipeline.load_suite(suite, allowed_roots=allowed_roots), image, sandbox
     )
+    chooser = SandboxChooser(sandbox, sandbox_options)
+    pipeline.check_backends(trajectories, chooser, Path(suite))
+    pipeline.check_trust(trajectories, trust or DatasetTrust(), Path(suite))
     report = progress or (lambda phase, n: None)
     report("total", len(trajectories))
-    configs: dict[str, SandboxConfigBase] = {}
-    tasks = []
-    for trajectory in trajectories:
-        domain = trajectory.domain.value
-        if domain not in configs:
-            configs[domain] = sandbox_config(domain, sandbox, sandbox_options)
-        tasks.append(
-            TrajectoryTask.model_validate(
-                {"trajectory": trajectory, "sandbox": configs[domain], "step_timeout": step_timeout}
-            )
+    configs = {t.id: chooser.config_for(t.domain.value, t.env) for t in trajectories}
+    tasks = [
+        TrajectoryTask.model_validate(
+            {"trajectory": t, "sandbox": configs[t.id], "step_timeout": step_timeout}
         )
+        for t in trajectories
+    ]
     records: dict[str, TrajectoryRecord] = {}
 
     def keep(record: TrajectoryRecord) -> None:
@@ -101,7 +103,7 @@ def replay_suite(
         records[t.id].trajectory.with_observations(
             [o.observation for o in records[t.id].real],
             "real",
-            sandbox=configs[t.domain.value].type,
+            sandbox=configs[t.id].type,
         )
         for t in trajectories
     ]

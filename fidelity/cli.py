@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 from rich.console import Console
@@ -179,8 +179,33 @@ EnvDefaultsOption = Annotated[
     typer.Option(
         "--env-defaults",
         help="TOML of environment defaults (image, sites, instances, swebench_namespace, "
-        "instance_images) under the options given here (default: fidelity-env.toml beside "
-        "the suite or in the dataset folder; see docs/environments.md).",
+        "instance_images) under the options given here; a fidelity-env.toml beside the data "
+        "is read only when named here (see docs/environments.md).",
+    ),
+]
+TrustCommandsOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-dataset-commands",
+        help="Run the host-side commands the data names (env.sites.<name>.reset, "
+        "env.mcp_servers.<name>.command): MCP servers in bubblewrap, resets with a scrubbed "
+        "environment, their output redacted. Without it such a line is refused (exit 2).",
+    ),
+]
+PullOption = Annotated[
+    bool,
+    typer.Option(
+        "--pull",
+        help="Pull a container image that is not here (default: never; its trajectories are "
+        "unverifiable).",
+    ),
+]
+PullRegistryOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pull-registry",
+        help="With --pull: the only registries images may be pulled from (repeatable; "
+        "docker.io for Docker Hub names).",
     ),
 ]
 SerialOption = Annotated[
@@ -529,6 +554,9 @@ def audit(
     swebench_namespace: SwebenchNamespaceOption = None,
     instance_images: InstanceImagesOption = None,
     env_defaults: EnvDefaultsOption = None,
+    trust_commands: TrustCommandsOption = False,
+    pull: PullOption = False,
+    pull_registry: PullRegistryOption = None,
 ) -> None:
     """Replay a suite for real and through the world model, compare, store, report."""
     from fidelity.audit import AuditConfig, new_run_id, run_audit
@@ -536,14 +564,25 @@ def audit(
     from fidelity.pipeline import check_domain
 
     run_id = run_id or new_run_id()
-    image, world = _world_options(
-        suite, env_defaults, image, site, site_reset, instances, swebench_namespace, instance_images
+    world = _world_options(
+        suite,
+        env_defaults,
+        image,
+        site,
+        site_reset,
+        instances,
+        swebench_namespace,
+        instance_images,
+        trust_commands,
+        pull,
+        pull_registry,
     )
     config = AuditConfig(
         domain=check_domain(domain, sandbox) if domain is not None else None,
         suite=suite,
         sandbox=sandbox,
-        sandbox_options={**_serial_options(serial, sandbox), **world},
+        sandbox_options={**_serial_options(serial, sandbox), **world.options},
+        trust=world.trust,
         step_timeout=timeout,
         allowed_roots=allow_root or [],
         sim=_endpoint_options(
@@ -569,7 +608,7 @@ def audit(
         ray_address=ray_address,
         **_ray_results(executor, ray_results, ray_results_dir),
         **({"concurrency": concurrency} if concurrency else {}),
-        image=image,
+        image=world.image,
     )
     with (
         _interrupt_hint(f"resume with: fidelity audit --run-id {run_id} --db {db}"),
@@ -580,7 +619,34 @@ def audit(
         out.print_json(result.model_dump_json())
     else:
         _render_audit(result)
-    raise typer.Exit(result.verdict.exit_code if result.verdict else 0)
+    raise typer.Exit(_audit_exit_code(result))
+
+
+def _audit_exit_code(result: Any) -> int:
+    """The gate's exit code; without a gate, 3 (infrastructure) when steps were replayed but
+    none could be compared (every world-model answer or sandbox failed), said in one line."""
+    if result.verdict:
+        return int(result.verdict.exit_code)
+    totals = result.summary.totals
+    lost = totals.infra_failures > totals.unverifiable_steps
+    if totals.steps and totals.compared_steps == 0 and lost:
+        from fidelity.errors import EXIT_INFRASTRUCTURE
+
+        err.print(
+            f"error: nothing was compared: {totals.infra_failures} of {totals.steps} steps failed "
+            "(world model or sandbox); the run's failures are in the report and the database"
+        )
+        return EXIT_INFRASTRUCTURE
+    return 0
+
+
+class _World(NamedTuple):
+    """The operator's world options: the default image, the backends' options, and what
+    the data may do (:class:`~fidelity.trust.DatasetTrust`)."""
+
+    image: str | None
+    options: dict[str, Any]
+    trust: Any
 
 
 def _world_options(
@@ -592,13 +658,26 @@ def _world_options(
     instances: Path | None,
     namespace: str | None,
     convention: str | None,
-) -> tuple[str | None, dict[str, Any]]:
-    """The default image and the sandbox options of the user's world: the options given,
-    over the environment defaults (``--env-defaults``, else ``fidelity-env.toml`` beside
-    *source*), over BrowserGym's ``WA_*`` variables for sites."""
-    from fidelity.env_defaults import find_env_defaults, load_env_defaults
+    trust_commands: bool = False,
+    pull: bool = False,
+    registries: list[str] | None = None,
+) -> _World:
+    """The default image, the sandbox options of the user's world and the data's trust: the
+    options given, over the environment defaults (only a file ``--env-defaults`` names: one
+    beside *source* came with the data), over BrowserGym's ``WA_*`` variables for sites."""
+    from fidelity.env_defaults import load_env_defaults, unread_env_defaults
+    from fidelity.trust import DatasetTrust
 
-    defaults = load_env_defaults(defaults_file or find_env_defaults(source))
+    if defaults_file is None and (beside := unread_env_defaults(source)) is not None:
+        err.print(
+            f"note: {beside} is not read (it came with the data); name it with "
+            "--env-defaults to use it"
+        )
+    if registries and not pull:
+        from fidelity.errors import UsageError
+
+        raise UsageError("--pull-registry needs --pull")
+    defaults = load_env_defaults(defaults_file)
     options = {
         **_site_options(sites, resets, defaults.sites),
         **_instance_options(
@@ -606,8 +685,25 @@ def _world_options(
             namespace or defaults.swebench_namespace,
             convention or defaults.instance_images,
         ),
+        "trust_commands": trust_commands,
+        "pull": pull,
+        "pull_registries": list(registries or []),
     }
-    return image or defaults.image, options
+    trust = DatasetTrust(commands=trust_commands, site_origins=_site_origins(options))
+    return _World(image or defaults.image, options, trust)
+
+
+def _site_origins(options: Mapping[str, Any]) -> frozenset[str]:
+    """The origins of the operator's sites (what a dataset's ``env.sites`` URL may name)."""
+    from fidelity.sandboxes.web_sites import origin_of, webarena_sites
+
+    sites = options.get("sites")
+    urls = (
+        [site.get("url") for site in sites.values()]
+        if sites is not None
+        else [site.url for site in webarena_sites().values()]
+    )
+    return frozenset(origin_of(url) for url in urls if url)
 
 
 def _instance_options(
@@ -706,17 +802,39 @@ def replay(
     swebench_namespace: SwebenchNamespaceOption = None,
     instance_images: InstanceImagesOption = None,
     env_defaults: EnvDefaultsOption = None,
+    trust_commands: TrustCommandsOption = False,
+    pull: PullOption = False,
+    pull_registry: PullRegistryOption = None,
 ) -> None:
     """Replay actions in real sandboxes only; write trajectories with real observations."""
     from fidelity.batch import replay_suite
 
-    image, world = _world_options(
-        suite, env_defaults, image, site, site_reset, instances, swebench_namespace, instance_images
+    world = _world_options(
+        suite,
+        env_defaults,
+        image,
+        site,
+        site_reset,
+        instances,
+        swebench_namespace,
+        instance_images,
+        trust_commands,
+        pull,
+        pull_registry,
     )
-    options = {**_serial_options(serial, sandbox), **world}
+    options = {**_serial_options(serial, sandbox), **world.options}
     with _progress(as_json) as progress:
         result = replay_suite(
-            suite, output, sandbox, options, timeout, concurrency, progress, allow_root or [], image
+            suite,
+            output,
+            sandbox,
+            options,
+            timeout,
+            concurrency,
+            progress,
+            allow_root or [],
+            world.image,
+            world.trust,
         )
     _render_batch(result, as_json, "replayed")
 
@@ -978,6 +1096,9 @@ def gate(
     swebench_namespace: SwebenchNamespaceOption = None,
     instance_images: InstanceImagesOption = None,
     env_defaults: EnvDefaultsOption = None,
+    trust_commands: TrustCommandsOption = False,
+    pull: PullOption = False,
+    pull_registry: PullRegistryOption = None,
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -1002,10 +1123,14 @@ def gate(
                 "--instances, --swebench-namespace, --instance-images and --env-defaults need "
                 "a DATASET argument"
             )
+        if trust_commands or pull or pull_registry:
+            raise UsageError(
+                "--trust-dataset-commands, --pull and --pull-registry need a DATASET argument"
+            )
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
-        image, world = _world_options(
+        world = _world_options(
             dataset,
             env_defaults,
             image,
@@ -1014,6 +1139,9 @@ def gate(
             instances,
             swebench_namespace,
             instance_images,
+            trust_commands,
+            pull,
+            pull_registry,
         )
         with _progress(as_json, _GATE_PHASES) as progress:
             manifest = _gate_dataset(
@@ -1037,8 +1165,9 @@ def gate(
                     "ray_address": ray_address,
                     "layout": _layout(layout),
                     "to": _rl_formats(to or []),
-                    "image": image,
-                    "sandbox_options": world,
+                    "image": world.image,
+                    "sandbox_options": world.options,
+                    "trust": world.trust,
                     **_ray_results(executor, ray_results, ray_results_dir),
                 },
                 progress,
@@ -1350,13 +1479,17 @@ def _render_audit(result: Any) -> None:
     )
     if totals.mode:
         head.add_row("headline mode", f"{totals.mode} (every mode: see the report's cells)")
-    head.add_row("drift rate", f"{totals.drift_rate:.1%}")
-    head.add_row("hallucination rate", f"{totals.hallucination_rate:.1%}")
-    head.add_row("mean score", f"{totals.mean_score:.3f}")
-    head.add_row(
-        "trust horizon",
-        f"depth {totals.trust_horizon} (drift ≤ {totals.horizon_limit:.0%} per depth)",
-    )
+    if totals.compared_steps == 0:  # no rate or horizon is a figure then
+        for name in ("drift rate", "hallucination rate", "mean score", "trust horizon"):
+            head.add_row(name, "— (nothing compared)")
+    else:
+        head.add_row("drift rate", f"{totals.drift_rate:.1%}")
+        head.add_row("hallucination rate", f"{totals.hallucination_rate:.1%}")
+        head.add_row("mean score", f"{totals.mean_score:.3f}")
+        head.add_row(
+            "trust horizon",
+            f"depth {totals.trust_horizon} (drift ≤ {totals.horizon_limit:.0%} per depth)",
+        )
     head.add_row("elapsed", f"{result.elapsed_s:.1f} s")
     out.print(head)
     for figure in result.summary.simulation:
@@ -1391,7 +1524,8 @@ def _render_verdict(verdict: Any) -> None:
         if not check.passed and check.severity == "warning":
             mark = "[yellow]![/]"
         label = " (warning)" if check.severity == "warning" else ""
-        out.print(f"  {mark} {check.name}{label}: {check.value:.4g}")
+        value = "none (nothing compared)" if check.value is None else f"{check.value:.4g}"
+        out.print(f"  {mark} {check.name}{label}: {value}")
 
 
 def _render_manifest(manifest: Any) -> None:

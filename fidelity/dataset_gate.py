@@ -32,8 +32,13 @@ or glob of shards: :mod:`fidelity.formats.dataset`); memory stays flat in its si
      on pass or warn (cut at the domain's trust horizon with ``cut_at_horizon``),
      quarantined on fail.
 
-   A quarantined line's ``meta.quarantine_reason`` says why in one word (``drift``,
-   ``outcome``, ``gate``, ``unverifiable``) and ``meta.quarantine_detail`` in a sentence.
+   - a verified trajectory whose claimed outcome the real check could not establish (the
+     check could not run: a test script that needs the network, a record without its eval
+     script) is quarantined, ``quarantine_reason: "outcome-unverifiable"``.
+
+   A quarantined line's ``meta.quarantine_reason`` says why (``drift``, ``outcome``,
+   ``outcome-unverifiable``, ``gate``, ``unverifiable``) and ``meta.quarantine_detail`` in
+   a sentence.
 6. With ``to`` (``--to verl`` …), the admitted trajectories are also written in those
    RL stacks' formats (:mod:`fidelity.formats.rl_export`: ``admitted.verl.parquet`` …,
    each row carrying its per-step verdicts, trust horizon and outcome agreement),
@@ -90,10 +95,11 @@ from fidelity.formats.rl_export import (
 )
 from fidelity.gate import Policy, Verdict, evaluate, horizon_limit
 from fidelity.model import Trajectory
-from fidelity.sandboxes import backend_for, sandbox_config
+from fidelity.sandboxes import SandboxChooser, backend_for, trajectory_backend
 from fidelity.sandboxes.base import close_all
 from fidelity.store import RecordBuffer, Store
 from fidelity.task import TrajectoryTask, recorded_mode
+from fidelity.trust import DatasetTrust, refuse_untrusted
 
 DEFAULT_SAMPLE = 200
 _LENGTH_BUCKETS = (1, 3, 6, 11, 21, 51)  # lower bounds of trajectory-length strata
@@ -151,6 +157,10 @@ class GateOptions(BaseModel):
     sandbox_options: dict[str, Any] = Field(
         default_factory=dict, description="the backend's settings (web: the user's sites)"
     )
+    trust: DatasetTrust = Field(
+        default_factory=DatasetTrust,
+        description="what the operator allowed the dataset (host commands, sites)",
+    )
 
     @property
     def executor_config(self) -> ExecutorConfig:
@@ -179,8 +189,8 @@ class Decision(BaseModel):
     steps_kept: int
     horizon: int | None  # steps before the first drift (verified trajectories only)
     reason: str
-    cause: Literal["drift", "outcome", "gate", "unverifiable"] | None = Field(
-        default=None, description="why it was quarantined, in one word (None: admitted)"
+    cause: Literal["drift", "outcome", "outcome-unverifiable", "gate", "unverifiable"] | None = (
+        Field(default=None, description="why it was quarantined, in one word (None: admitted)")
     )
     outcome_agreement: bool | None = Field(
         default=None, description="whether the real check agreed with the claimed outcome"
@@ -312,6 +322,7 @@ def gate_dataset(
         options.sample,
         options.seed,
         options.allowed_roots,
+        LineRules(trust=options.trust, sandbox=options.sandbox),
         executor=options.executor,
         ray_address=options.ray_address,
         progress=report,
@@ -329,7 +340,7 @@ def gate_dataset(
         verified.unverifiable = {row.trajectory_id: row.reason for row in summary.unverifiable}
     verdict = evaluate(summary, policy)
     return _write(
-        options, policy, scan, verified, verdict, summary.totals.trust_horizon, run_id, report
+        options, policy, scan, verified, verdict, summary.totals.trust_horizon or 0, run_id, report
     )
 
 
@@ -368,11 +379,30 @@ class Scan(BaseModel):
     shards: list[ShardInfo] = Field(description="every shard, in order, and its trajectories")
 
 
+class LineRules(BaseModel):
+    """What every line of a dataset is checked against in pass 1, besides its format."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trust: DatasetTrust = Field(default_factory=DatasetTrust)
+    sandbox: str | None = Field(default=None, description="--sandbox: the run's default backend")
+
+    def check(self, trajectory: Trajectory, path: str, line: int) -> None:
+        """InputFormatError naming the line and field for a host command or site the
+        operator did not allow, or a world no backend here replays as it names it."""
+        refuse_untrusted(trajectory, self.trust, path, line)
+        try:
+            trajectory_backend(trajectory.domain.value, trajectory.env, self.sandbox)
+        except UsageError as exc:
+            raise InputFormatError(path, line, f"{trajectory.id}.env", str(exc)) from None
+
+
 def scan_dataset(
     source: Path,
     size: int | None,
     seed: int,
     allowed_roots: Sequence[Path] = (),
+    rules: LineRules | None = None,
     *,
     executor: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
@@ -393,7 +423,10 @@ def scan_dataset(
     report = progress or _quiet
     report("total:scan", 0)
     paths = dataset_shards(source, exclude)
-    calls = [(index, path, size, seed, tuple(allowed_roots)) for index, path in enumerate(paths)]
+    checks = rules or LineRules()
+    calls = [
+        (index, path, size, seed, tuple(allowed_roots), checks) for index, path in enumerate(paths)
+    ]
     scans = (
         (scan_shard(*call, progress=report) for call in calls)
         if executor == "local"
@@ -429,12 +462,14 @@ def scan_shard(
     size: int | None,
     seed: int,
     allowed_roots: Sequence[Path],
+    rules: LineRules | None = None,
     progress: pipeline.ProgressCallback | None = None,
 ) -> ShardScan:
     """Pass 1 over one shard (on this machine or a Ray worker); stops at its first bad line.
 
     *progress* (here, not on a worker) hears ``("scan", n)`` every few thousand lines."""
     shard = ShardScan(path, size, seed)
+    checks = rules or LineRules()
     confiner = PathConfiner(path, allowed_roots)  # the folder and roots resolved once
     counted = _Counted(progress, "scan")
     try:
@@ -443,6 +478,7 @@ def scan_shard(
             trajectory = line.parse()
             _require_observations(trajectory, str(line.path), line.number)
             confiner.confine(trajectory, line.number)
+            checks.check(trajectory, str(line.path), line.number)
             shard.ids.add(trajectory.id)
             domain = trajectory.domain.value
             shard.first_of_domain.setdefault(domain, line.number)
@@ -562,7 +598,7 @@ def _sampled(scan: Scan, options: GateOptions) -> list[Trajectory]:
     else:
         parts = map_on_cluster(sampled_in_shard, calls, options.ray_address)
         picked = [t for part in parts for t in part]
-    return pipeline.with_default_image(picked, options.image)
+    return pipeline.with_default_image(picked, options.image, options.sandbox)
 
 
 def sampled_in_shard(
@@ -726,12 +762,12 @@ def _verify(
     # what an interrupted attempt's workers finished is kept
     options.executor_config.merge_left_over(store, options.db, run_id)
     done = store.done_trajectories(run_id)
-    sandbox = sandbox_config(domain, options.sandbox, options.sandbox_options, run_id)
+    chooser = SandboxChooser(options.sandbox, options.sandbox_options, run_id)
     tasks = [
         TrajectoryTask.model_validate(
             {
                 "trajectory": t,
-                "sandbox": sandbox,
+                "sandbox": chooser.config_for(domain, t.env),
                 "compare": options.compare,
                 "step_timeout": options.step_timeout,
                 "observation_cap": options.observation_cap,
@@ -815,9 +851,22 @@ def _decide(
 
 
 def _with_outcome(decision: Decision, check: RealCheck) -> Decision:
-    """*decision* quarantined (cause ``outcome``) when the real check contradicts the claim."""
+    """*decision* quarantined when the real check contradicts the claim (cause ``outcome``)
+    or could not run on a claim (cause ``outcome-unverifiable``: a claim nothing checked is
+    never admitted as verified, nor exported as a reward)."""
     agrees = check.agrees
     decision = decision.model_copy(update={"outcome_agreement": agrees})
+    if check.claimed is not None and check.real == "unverifiable":
+        claimed = "success" if check.claimed else "failure"
+        return decision.model_copy(
+            update={
+                "outcome": "quarantined",
+                "steps_kept": 0,
+                "cause": "outcome-unverifiable",
+                "reason": f"outcome-unverifiable: claimed {claimed}, the real check could not "
+                f"run: {check.reason or 'no reason given'}",
+            }
+        )
     if agrees is not False:
         return decision
     claimed = "success" if check.claimed else "failure"

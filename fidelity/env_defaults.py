@@ -1,8 +1,7 @@
-"""A suite's or dataset's own environment defaults: ``fidelity-env.toml`` beside it.
+"""Environment defaults: a TOML file the operator names with ``--env-defaults``.
 
 A team's data rarely names its world in every line: all of a dataset's trajectories run
-in one image, or name WebArena sites by name only. The file says it once, where the
-data lives (in the suite's folder, or in the dataset folder), and travels with it::
+in one image, or name WebArena sites by name only. The file says it once::
 
     image = "ghcr.io/acme/agent-runtime:2026.11"   # env.image of trajectories without one
 
@@ -16,8 +15,12 @@ data lives (in the suite's folder, or in the dataset folder), and travels with i
 
 Layers, later ones win: BrowserGym's ``WA_*`` variables (sites only), this file, the
 command's options (``--image``, ``--site``, ``--instances`` …), and a trajectory's own
-``env`` over all of them. ``--env-defaults FILE`` names another file; nothing is read
-when neither is there.
+``env`` over all of them.
+
+The file is read only when ``--env-defaults`` names it. One that lies beside the data
+(``fidelity-env.toml`` in the suite's or dataset's folder) came with the data, which is
+untrusted: it could name a reset command or a site to reach, so it is not read on its
+own (the command says so on stderr, :func:`unread_env_defaults`).
 """
 
 from __future__ import annotations
@@ -47,9 +50,10 @@ class EnvDefaults(BaseModel):
     instance_images: ImageConvention | None = None
 
 
-def find_env_defaults(source: Path | None) -> Path | None:
-    """The defaults file of *source* (a suite or dataset file: its folder's; a dataset folder:
-    its own), or None where there is none (or no source: the bundled suites)."""
+def unread_env_defaults(source: Path | None) -> Path | None:
+    """The ``fidelity-env.toml`` that lies beside *source* (a suite or dataset file: in its
+    folder; a dataset folder: in it), or None: a file that came with the data, which a
+    command reads only when ``--env-defaults`` names it."""
     if source is None:
         return None
     folder = source if source.is_dir() else source.parent

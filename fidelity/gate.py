@@ -9,6 +9,7 @@ A policy file::
     min_steps = 20            # fewer compared steps cannot pass
     max_false_success_rate = 0.1  # claimed successes whose real check failed
     max_unverifiable_rate = 0.05  # trajectories whose environment could not be had
+    max_outcome_unverifiable_rate = 0.05  # claimed outcomes whose real check could not run
 
     [domains.terminal]        # overrides for one domain
     max_drift_rate = 0.05
@@ -30,6 +31,10 @@ A gate cannot pass an outage or an empty run, whatever the policy says:
   environment, e.g. their image, could not be had) is always checked,
   ``DEFAULT_MAX_UNVERIFIABLE_RATE`` when the policy does not set it; their steps count
   here, not in the infrastructure-failure rate;
+* ``max_outcome_unverifiable_rate`` (share of the claimed outcomes whose real check could
+  not run: a test script that needs the network, a SWE-bench record without its eval
+  script) is always checked where the domain has claims,
+  ``DEFAULT_MAX_OUTCOME_UNVERIFIABLE_RATE`` when the policy does not set it;
 * ``max_false_success_rate`` is checked where the domain has claimed successes with a
   verified real outcome (:mod:`fidelity.outcomes`); with none there is nothing to bound;
 * a run with no compared step fails (``compared_steps >= 1`` when ``min_steps`` is
@@ -57,6 +62,9 @@ DEFAULT_MAX_INFRA_FAILURE_RATE = 0.05
 DEFAULT_MAX_UNVERIFIABLE_RATE = 0.05
 """Unverifiable-trajectory limit in force when a policy sets none: 5% of the trajectories."""
 
+DEFAULT_MAX_OUTCOME_UNVERIFIABLE_RATE = 0.05
+"""Limit on claims whose real check could not run, in force when a policy sets none."""
+
 _QUALITY_LIMITS = ("max_drift_rate", "max_hallucination_rate", "min_trust_horizon")
 
 
@@ -83,6 +91,13 @@ class Thresholds(BaseModel):
         le=1,
         description="trajectories whose environment could not be had (image missing and not "
         "pullable, site down, build failure), over the run's trajectories",
+    )
+    max_outcome_unverifiable_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="claimed outcomes whose real check could not run (unverifiable), over the "
+        "claimed outcomes",
     )
 
     def checks_quality(self) -> bool:
@@ -118,6 +133,8 @@ class Policy(BaseModel):
             merged["max_infra_failure_rate"] = DEFAULT_MAX_INFRA_FAILURE_RATE
         if merged["max_unverifiable_rate"] is None:
             merged["max_unverifiable_rate"] = DEFAULT_MAX_UNVERIFIABLE_RATE
+        if merged["max_outcome_unverifiable_rate"] is None:
+            merged["max_outcome_unverifiable_rate"] = DEFAULT_MAX_OUTCOME_UNVERIFIABLE_RATE
         return Thresholds(**merged)
 
     def warnings_for(self, domain: str) -> Thresholds:
@@ -133,7 +150,7 @@ class Check(BaseModel):
     """One policy check and its outcome."""
 
     name: str
-    value: float
+    value: float | None = Field(description="None: nothing to measure (no step compared)")
     limit: float
     passed: bool
     severity: Literal["critical", "warning"] = "critical"
@@ -214,7 +231,8 @@ def junit_xml(verdict: Verdict, suite: str = "fidelity gate") -> str:
         case = ElementTree.SubElement(
             root, "testcase", classname=f"fidelity.gate.{verdict.domain}", name=check.name
         )
-        message = f"{check.name}: value {check.value:.6g} (limit {check.limit:g})"
+        value = "none (nothing compared)" if check.value is None else f"{check.value:.6g}"
+        message = f"{check.name}: value {value} (limit {check.limit:g})"
         if check.passed:
             continue
         if check.severity == "critical":
@@ -251,6 +269,11 @@ def _checks(summary: RunSummary, limits: Thresholds, severity: str) -> list[Chec
     rate = false_success_rate(summary)
     if limits.max_false_success_rate is not None and rate is not None:
         checks.append(_at_most("false_success_rate", rate, limits.max_false_success_rate))
+    uncheckable = outcome_unverifiable_rate(summary)
+    if limits.max_outcome_unverifiable_rate is not None and uncheckable is not None:
+        checks.append(
+            _at_most("outcome_unverifiable_rate", uncheckable, limits.max_outcome_unverifiable_rate)
+        )
     return [c.model_copy(update={"severity": severity}) for c in checks]
 
 
@@ -273,6 +296,15 @@ def false_success_rate(summary: RunSummary) -> float | None:
     for outcomes in summary.outcomes:
         if outcomes.domain == summary.run.domain and outcomes.false_success_rate is not None:
             return outcomes.false_success_rate.value
+    return None
+
+
+def outcome_unverifiable_rate(summary: RunSummary) -> float | None:
+    """The share of the domain's claimed outcomes whose real check could not run (None: no
+    claim)."""
+    for outcomes in summary.outcomes:
+        if outcomes.domain == summary.run.domain and outcomes.claimed:
+            return outcomes.claimed_unverifiable / outcomes.claimed
     return None
 
 
@@ -299,9 +331,11 @@ def horizon_limit(policy: Policy, domain: str, fallback: float) -> float:
     return fallback if limit is None else limit
 
 
-def _at_most(name: str, value: float, limit: float) -> Check:
-    return Check(name=f"{name} <= {limit:g}", value=value, limit=limit, passed=value <= limit)
+def _at_most(name: str, value: float | None, limit: float) -> Check:
+    passed = value is not None and value <= limit
+    return Check(name=f"{name} <= {limit:g}", value=value, limit=limit, passed=passed)
 
 
-def _at_least(name: str, value: float, limit: float) -> Check:
-    return Check(name=f"{name} >= {limit:g}", value=value, limit=limit, passed=value >= limit)
+def _at_least(name: str, value: float | None, limit: float) -> Check:
+    passed = value is not None and value >= limit
+    return Check(name=f"{name} >= {limit:g}", value=value, limit=limit, passed=passed)

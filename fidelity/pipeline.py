@@ -216,8 +216,9 @@ def replay(
         env = swebench.resolve(env, *swebench.options(sandbox))
     if env.task is not None:  # Terminal-Bench: the task folder's image, its tests after
         from fidelity.harnesses import terminal_bench
+        from fidelity.sandboxes.images import PullPolicy
 
-        env, task = terminal_bench.prepare(env, sandbox.type)
+        env, task = terminal_bench.prepare(env, sandbox.type, PullPolicy.of(sandbox))
         with sandbox.lease(env) as (box, initial):
             steps = _run_steps(box, trajectory, step_timeout or sandbox.step_timeout)
             start = initial.cwd if initial is not None else None
@@ -297,12 +298,37 @@ def failed_replay(trajectory: Trajectory, error: str) -> Replayed:
     return Replayed(None, [TimedObservation(failed) for _ in trajectory.steps], error, outcome)
 
 
-def with_default_image(trajectories: list[Trajectory], image: str | None) -> list[Trajectory]:
-    """*trajectories*, those without an ``env.image`` given *image* (``--image``); a
-    trajectory's own image wins. The reference is validated as ``env.image`` is."""
+def check_backends(trajectories: Sequence[Trajectory], chooser: Any, source: Path) -> None:
+    """UsageError naming *source* and the first trajectory whose world *chooser* (a
+    :class:`~fidelity.sandboxes.SandboxChooser`) cannot replay as it names it."""
+    for trajectory in trajectories:
+        try:
+            chooser.backend_of(trajectory.domain.value, trajectory.env)
+        except UsageError as exc:
+            raise UsageError(f"{source}: trajectory {trajectory.id!r}: {exc}") from None
+
+
+def check_trust(trajectories: Sequence[Trajectory], trust: Any, source: Path) -> None:
+    """UsageError naming *source* and the first trajectory naming a host command or a site
+    that *trust* (a :class:`~fidelity.trust.DatasetTrust`) does not allow."""
+    from fidelity.trust import refuse_untrusted
+
+    for trajectory in trajectories:
+        refuse_untrusted(trajectory, trust, str(source), None)
+
+
+def with_default_image(
+    trajectories: list[Trajectory], image: str | None, chosen: str | None = None
+) -> list[Trajectory]:
+    """*trajectories*, those that replay in Docker (:func:`~fidelity.sandboxes.registry.
+    trajectory_backend` under *chosen*, the ``--sandbox``) without an ``env.image`` given
+    *image* (``--image``); a trajectory's own image wins. The reference is validated as
+    ``env.image`` is. UsageError naming the trajectory whose world cannot be had."""
     if image is None:
         return trajectories
     from pydantic import ValidationError
+
+    from fidelity.sandboxes.registry import trajectory_backend
 
     try:
         EnvSpec(image=image)
@@ -310,12 +336,18 @@ def with_default_image(trajectories: list[Trajectory], image: str | None) -> lis
         raise UsageError(
             f"--image {image!r} is not an image reference (name, name:tag or name@digest)"
         ) from None
-    return [
-        t
-        if t.env.image is not None or t.env.instance is not None  # an instance names its own
-        else t.model_copy(update={"env": t.env.model_copy(update={"image": image})})
-        for t in trajectories
-    ]
+    given = []
+    for t in trajectories:
+        try:
+            docker = trajectory_backend(t.domain.value, t.env, chosen) == "docker"
+        except UsageError as exc:
+            raise UsageError(f"trajectory {t.id!r}: {exc}") from None
+        if not docker or t.env.image is not None or t.env.instance is not None:
+            given.append(t)  # an instance names its own image
+            continue
+        env = t.env.model_copy(update={"image": image, "backend": "docker"})
+        given.append(t.model_copy(update={"env": env}))
+    return given
 
 
 def with_initial(trajectory: Trajectory, initial: Observation | None) -> Trajectory:

@@ -588,16 +588,19 @@ class ReplayedRecord:
     real: list[TimedObservation]
     real_seconds: float
     error: str | None = None
+    outcome: RealOutcome | None = None
 
 
 @dataclass
 class StoredReplay:
-    """A real side read back from the store: the start page shown, then every step."""
+    """A real side read back from the store: the start page shown, then every step, and
+    what the environment's check said after it."""
 
     initial_observation: str | None
     real: list[TimedObservation]
     real_seconds: float
     error: str | None = None
+    outcome: RealOutcome | None = None
 
 
 def run_status(status: str, owner_pid: int | None, owner_host: str | None) -> str:
@@ -886,6 +889,7 @@ class Store:
         batch = _Batch()
         batch.add_steps(trajectory)
         batch.add_observations(trajectory.id, "real", "real", 0, record.real)
+        batch.add_outcome(trajectory, record.outcome)
         batch.add_trajectory(
             trajectory, "replayed", record.error, record.real_seconds, None, _now()
         )
@@ -924,7 +928,29 @@ class Store:
                 state=json.loads(state) if state is not None else None,
             )
             result[tid].real.append(TimedObservation(observation, ms))
+        for tid, outcome in self._real_outcomes(run_id, list(result)).items():
+            result[tid].outcome = outcome
         return result
+
+    def _real_outcomes(self, run_id: str, ids: list[str]) -> dict[str, RealOutcome]:
+        """The real outcomes stored for trajectories *ids* of *run_id* (those checked)."""
+        from fidelity.outcomes import RealOutcome
+
+        if not ids:
+            return {}
+        rows = self.connection.execute(
+            """SELECT trajectory_id, real_status, real_reason, check_exit_code, check_seconds,
+                      check_output
+               FROM outcomes WHERE run_id = ? AND real_status IS NOT NULL
+                 AND list_contains(?, trajectory_id)""",
+            [run_id, ids],
+        ).fetchall()
+        return {
+            tid: RealOutcome(
+                status=status, reason=reason, exit_code=code, seconds=seconds, output=output or ""
+            )
+            for tid, status, reason, code, seconds, output in rows
+        }
 
     def write_trajectory(self, run_id: str, record: TrajectoryRecord) -> None:
         """Store one audited trajectory atomically (replacing earlier partial rows)."""

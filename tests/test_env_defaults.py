@@ -1,5 +1,6 @@
-"""A suite's or dataset's ``fidelity-env.toml``: found beside the data, checked at the edge,
-layered under the command's options and over BrowserGym's ``WA_*`` variables."""
+"""Environment defaults (``--env-defaults FILE``): checked at the edge, layered under the
+command's options and over BrowserGym's ``WA_*`` variables; a ``fidelity-env.toml`` that came
+beside the data is never read on its own (it is untrusted, like the data)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fidelity.cli import _world_options, app
-from fidelity.env_defaults import DEFAULTS_FILE, find_env_defaults, load_env_defaults
+from fidelity.env_defaults import DEFAULTS_FILE, load_env_defaults, unread_env_defaults
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
@@ -35,19 +36,21 @@ def _suite(folder: Path, images: list[str | None]) -> Path:
     return path
 
 
-def test_the_file_is_found_beside_a_suite_and_in_a_dataset_folder(tmp_path: Path) -> None:
+def test_a_file_beside_the_data_is_seen_but_read_only_when_named(tmp_path: Path) -> None:
     suite = _suite(tmp_path / "data", [None])
-    assert find_env_defaults(suite) is None and find_env_defaults(None) is None
+    assert unread_env_defaults(suite) is None and unread_env_defaults(None) is None
     (tmp_path / "data" / DEFAULTS_FILE).write_text(
         'image = "acme/runtime:1"\ninstances = "records/swe-gym.jsonl"\n'
         'instance_images = "swe-gym"\n[sites.shopping]\nurl = "http://shop.test:7770"\n'
     )
     assert (
-        find_env_defaults(suite)
-        == find_env_defaults(tmp_path / "data")
+        unread_env_defaults(suite)
+        == unread_env_defaults(tmp_path / "data")
         == (tmp_path / "data" / DEFAULTS_FILE)
     )
-    defaults = load_env_defaults(find_env_defaults(suite))
+    unnamed = _world_options(suite, None, None, None, None, None, None, None)
+    assert unnamed.image is None and "sites" not in unnamed.options
+    defaults = load_env_defaults(tmp_path / "data" / DEFAULTS_FILE)
     assert defaults.image == "acme/runtime:1" and defaults.instance_images == "swe-gym"
     assert defaults.instances == tmp_path / "data" / "records" / "swe-gym.jsonl"
     assert defaults.sites["shopping"].url == "http://shop.test:7770"
@@ -71,13 +74,12 @@ def test_a_bad_file_names_itself_and_the_field(tmp_path: Path, text: str, messag
     assert str(raised.value).startswith(f"{path}: ") and message in str(raised.value)
 
 
-def test_a_bad_file_beside_the_suite_is_one_line_exit_2_and_writes_nothing(
-    tmp_path: Path,
-) -> None:
+def test_a_bad_named_file_is_one_line_exit_2_and_writes_nothing(tmp_path: Path) -> None:
     suite = _suite(tmp_path, [None])
     (tmp_path / DEFAULTS_FILE).write_text('image = "Not An Image"\n')
     out = tmp_path / "real.jsonl"
-    result = CliRunner().invoke(app, ["replay", str(suite), "-o", str(out)])
+    named = ["--env-defaults", str(tmp_path / DEFAULTS_FILE)]
+    result = CliRunner().invoke(app, ["replay", str(suite), "-o", str(out), *named])
     assert result.exit_code == 2
     [line] = [line for line in result.output.splitlines() if line.strip()]
     assert line.startswith(f"error: {tmp_path / DEFAULTS_FILE}: image: ")
@@ -94,9 +96,9 @@ def test_sites_layer_variables_then_file_then_options(
         "[sites.reddit]\nurl = 'http://file-reddit.test:9999'\n"
         "[sites.wiki]\nurl = 'http://file-wiki.test:8888'\n"
     )
-    image, options = _world_options(
+    world = _world_options(
         tmp_path / "data.jsonl",
-        None,
+        tmp_path / DEFAULTS_FILE,
         None,
         ["reddit=http://cli-reddit.test:9999"],
         None,
@@ -104,7 +106,13 @@ def test_sites_layer_variables_then_file_then_options(
         None,
         None,
     )
-    assert image is None
+    options = world.options
+    assert world.image is None
+    assert world.trust.site_origins == {
+        "http://wa-shop.test:7770",
+        "http://cli-reddit.test:9999",
+        "http://file-wiki.test:8888",
+    }
     assert options["sites"]["shopping"] == {
         "url": "http://wa-shop.test:7770",
         "reset": "docker restart shopping",
@@ -114,10 +122,10 @@ def test_sites_layer_variables_then_file_then_options(
 
 
 def test_without_a_file_nothing_changes(tmp_path: Path) -> None:
-    assert _world_options(tmp_path / "s.jsonl", None, None, None, None, None, None, None) == (
-        None,
-        {},
-    )
+    world = _world_options(tmp_path / "s.jsonl", None, None, None, None, None, None, None)
+    assert world.image is None
+    assert world.options == {"trust_commands": False, "pull": False, "pull_registries": []}
+    assert not world.trust.commands
 
 
 @pytest.mark.docker
@@ -139,8 +147,10 @@ def test_the_file_image_is_the_default_under_the_option_and_the_trajectory(
         assert json.loads(result.stdout)["unverifiable"] == {}
         return {t.id: t.env.image for t in read_trajectories(out)}
 
-    assert replayed() == {"t0": swe, "t1": terminal}  # the file's image; the own one wins
-    assert replayed("--image", terminal) == {"t0": terminal, "t1": terminal}  # the option wins
+    named = ("--env-defaults", str(tmp_path / DEFAULTS_FILE))
+    assert replayed() == {"t0": None, "t1": terminal}  # beside the data: not read
+    assert replayed(*named) == {"t0": swe, "t1": terminal}  # the file's image; the own one wins
+    assert replayed("--image", terminal, *named) == {"t0": terminal, "t1": terminal}  # option wins
     other = tmp_path / "other.toml"
     other.write_text(f'image = "{terminal}"\n')
     assert replayed("--env-defaults", str(other)) == {"t0": terminal, "t1": terminal}

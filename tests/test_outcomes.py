@@ -80,7 +80,10 @@ def _gate(
         dataset, [_trajectory(tid, m, c, check) for tid, (m, c, check, _) in LABELLED.items()]
     )
     policy = tmp_path / "gate.toml"
-    policy.write_text(f"[default]\nmax_drift_rate = 0.9\nmax_false_success_rate = {limit}\n")
+    policy.write_text(
+        f"[default]\nmax_drift_rate = 0.9\nmax_false_success_rate = {limit}\n"
+        "max_outcome_unverifiable_rate = 0.5\n"  # 3 of the 9 claims cannot be checked
+    )
     out = tmp_path / f"out-{run_id}"
     options = GateOptions(
         dataset=dataset,
@@ -128,11 +131,15 @@ def test_labelled_dataset_gives_the_exact_table_and_quarantines_false_outcomes(
     assert "exited 3" in reasons["garbage"]
     assert code == 0  # 0.5 <= 0.5
     quarantined = {q["id"]: q["meta"] for q in _lines(out / "quarantined.jsonl")}  # type: ignore[index]
-    assert sorted(quarantined) == ["false-failure", "false-success", "false-success-2"]
+    assert sorted(quarantined) == [
+        "crashes", "false-failure", "false-success", "false-success-2", "garbage", "hangs",
+    ]  # fmt: skip
     for tid in ("false-success", "false-success-2", "false-failure"):
         assert quarantined[tid]["quarantine_reason"] == "outcome"  # type: ignore[index]
+    for tid in ("hangs", "crashes", "garbage"):  # a claim nothing could check: never admitted
+        assert quarantined[tid]["quarantine_reason"] == "outcome-unverifiable"  # type: ignore[index]
     admitted = {a["id"] for a in _lines(out / "admitted.jsonl")}  # type: ignore[misc]
-    assert {"agree-success", "agree-success-2", "hangs", "crashes", "garbage"} <= admitted
+    assert admitted == {"agree-success", "agree-success-2", "agree-failure"}
 
 
 @pytest.mark.bwrap
@@ -162,7 +169,7 @@ def test_gate_writes_rl_formats_with_the_trust_fields(
     assert ok["extra_info"]["trust_mask"] == [1, 1]
     assert [t["score"] for t in ok["extra_info"]["turns"]] == [1.0, 1.0]
     assert ok["reward_model"]["ground_truth"]["success"] is True
-    assert by_id["hangs"]["extra_info"]["outcome_agreement"] is None
+    assert "hangs" not in by_id  # its claim could not be checked: no reward is exported
     lines = _lines(out / "admitted.openrlhf.jsonl")
     assert {line["metadata"]["trajectory_id"] for line in lines} == admitted  # type: ignore[index]
     assert all(line["metadata"]["gate_run_id"] == "g1" for line in lines)  # type: ignore[index]

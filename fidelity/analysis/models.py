@@ -40,10 +40,16 @@ class Totals(_Row):
     steps: int
     compared_steps: int
     infra_failures: int
-    drift_rate: float
-    hallucination_rate: float  # share of compared steps with at least one hallucinated entity
-    mean_score: float
-    trust_horizon: int  # largest depth d with drift rate <= the horizon limit at every depth <= d
+    drift_rate: float | None = Field(description="None: nothing was compared")
+    hallucination_rate: float | None = Field(
+        description="share of compared steps with at least one hallucinated entity (None: "
+        "nothing was compared)"
+    )
+    mean_score: float | None = Field(description="None: nothing was compared")
+    trust_horizon: int | None = Field(
+        description="largest depth d with drift rate <= the horizon limit at every depth <= d "
+        "(None: nothing was compared)"
+    )
     horizon_limit: float
     mode: str | None = None  # the mode these figures are about when the run holds several
     unverifiable: int = Field(
@@ -219,6 +225,9 @@ class DomainOutcomes(_Row):
     claimed: int  # with a claimed success or failure
     checked: int  # with a real outcome (verified or not)
     unverifiable: int  # real outcome unverifiable
+    claimed_unverifiable: int = Field(
+        default=0, description="claimed outcomes whose real check could not run (unverifiable)"
+    )
     table: OutcomeTable
     agreement: Estimate | None  # share of the table's trajectories that agree
     kappa: float | None  # Cohen's kappa of the table (None: undefined)

@@ -98,6 +98,7 @@ def domain_outcomes(
         claimed=sum(r[2] is not None for r in rows),
         checked=sum(r[3] is not None for r in rows),
         unverifiable=len(unverifiable),
+        claimed_unverifiable=sum(r[2] is not None and r[3] == "unverifiable" for r in rows),
         table=table,
         agreement=_rate(agree, np.ones_like(agree), seed, resamples),
         kappa=cohen_kappa(table),

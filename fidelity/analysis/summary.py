@@ -135,15 +135,17 @@ def _totals(
         "summary_totals",
         [run_id, run_id, mode, mode],
     )[0]
+    compared = row["steps"] - row["infra_failures"]
     return Totals(
         trajectories=row["trajectories"],
         steps=row["steps"],
-        compared_steps=row["steps"] - row["infra_failures"],
+        compared_steps=compared,
         infra_failures=row["infra_failures"],
-        drift_rate=row["drift_rate"],
-        hallucination_rate=row["hallucination_rate"],
-        mean_score=row["mean_score"],
-        trust_horizon=trust_horizon(by_depth, limit),
+        # nothing compared: no rate, score or horizon is a figure (not 0% drift, not depth 9)
+        drift_rate=row["drift_rate"] if compared else None,
+        hallucination_rate=row["hallucination_rate"] if compared else None,
+        mean_score=row["mean_score"] if compared else None,
+        trust_horizon=trust_horizon(by_depth, limit) if compared else None,
         horizon_limit=limit,
         mode=mode,
     )

@@ -223,15 +223,17 @@ def _headline_banner(summary: RunSummary) -> Banner:
             "This run holds no compared steps, so there is nothing to judge yet.",
         )
     limit = percent(totals.horizon_limit)
-    if totals.trust_horizon == 0:
+    horizon = totals.trust_horizon or 0
+    if horizon == 0:
         title = f"Simulation drifts above {limit} from the first step"
-    elif totals.trust_horizon >= deepest:
+    elif horizon >= deepest:
         title = f"Simulation stays within {limit} drift at every depth (1–{deepest})"
     else:
-        title = f"Simulation can be trusted up to depth {totals.trust_horizon} of {deepest}"
+        title = f"Simulation can be trusted up to depth {horizon} of {deepest}"
     text = (
-        f"{percent(totals.drift_rate)} of {count(totals.compared_steps)} compared steps drift, "
-        f"{percent(totals.hallucination_rate)} hallucinate, mean score {score(totals.mean_score)}."
+        f"{percent(totals.drift_rate or 0.0)} of {count(totals.compared_steps)} compared steps "
+        f"drift, {percent(totals.hallucination_rate or 0.0)} hallucinate, mean score "
+        f"{score(totals.mean_score or 0.0)}."
     )
     return Banner("info", "No verdict", title, text)
 
@@ -264,7 +266,7 @@ def banner(summary: RunSummary, verdict: Mapping[str, Any] | None) -> Banner:
 
 
 def _horizon_tone(totals: Totals, deepest: int) -> str:
-    if totals.compared_steps == 0:
+    if totals.trust_horizon is None:
         return "neutral"
     if totals.trust_horizon >= deepest:
         return "good"
@@ -278,11 +280,10 @@ def _share(part: int, whole: int) -> float | None:
 def cards(summary: RunSummary) -> list[Card]:
     """The six headline figures; rates and scores read ``—`` when nothing was compared."""
     totals, deepest = summary.totals, _max_depth(summary)
-    empty = totals.compared_steps == 0
     limit = percent(totals.horizon_limit)
 
-    def rate(value: float, text: str) -> str:
-        return "—" if empty else text.format(value)
+    def rate(value: float | None, text: str, scale: float = 1.0) -> str:
+        return "—" if value is None else text.format(value * scale)
 
     return [
         Card(
@@ -293,23 +294,23 @@ def cards(summary: RunSummary) -> list[Card]:
         ),
         Card(
             "Drift rate",
-            rate(totals.drift_rate * 100, "{:.1f}%"),
+            rate(totals.drift_rate, "{:.1f}%", 100),
             "steps scoring below the domain threshold",
-            meter=None if empty else totals.drift_rate,
+            meter=totals.drift_rate,
             kind="drift",
         ),
         Card(
             "Hallucination rate",
-            rate(totals.hallucination_rate * 100, "{:.1f}%"),
+            rate(totals.hallucination_rate, "{:.1f}%", 100),
             "steps where sim invents at least one entity",
-            meter=None if empty else totals.hallucination_rate,
+            meter=totals.hallucination_rate,
             kind="hall",
         ),
         Card(
             "Mean score",
             rate(totals.mean_score, "{:.3f}"),
             "1.000 = identical after normalization",
-            meter=None if empty else totals.mean_score,
+            meter=totals.mean_score,
             kind="score",
         ),
         Card(
@@ -317,7 +318,7 @@ def cards(summary: RunSummary) -> list[Card]:
             rate(totals.trust_horizon, "{:,}"),
             f"of {count(deepest)} depths stay within {limit} drift",
             _horizon_tone(totals, deepest),
-            meter=None if empty else _share(totals.trust_horizon, deepest),
+            meter=None if totals.trust_horizon is None else _share(totals.trust_horizon, deepest),
             kind="tone",
         ),
         Card(
@@ -416,9 +417,9 @@ def context(summary: RunSummary, verdict: Mapping[str, Any] | None) -> dict[str,
         "totals": totals,
         "banner": banner(summary, verdict),
         "cards": cards(summary),
-        "rates_svg": rates_chart(summary.by_depth, totals.trust_horizon, totals.horizon_limit),
+        "rates_svg": rates_chart(summary.by_depth, totals.trust_horizon or 0, totals.horizon_limit),
         "score_svg": score_chart(summary.by_depth),
-        "depth_rows": depth_rows(summary.by_depth, totals.trust_horizon),
+        "depth_rows": depth_rows(summary.by_depth, totals.trust_horizon or 0),
         "action_rows": action_rows(summary.by_action),
         "worst": worst,
         "worst_total": len(summary.worst),

@@ -38,6 +38,7 @@ from fidelity.sandboxes.registry import (
     sweep,
     sweep_all,
     sweep_owner,
+    trajectory_backend,
 )
 from fidelity.sandboxes.search import SearchConfig
 
@@ -46,7 +47,9 @@ __all__ = [
     "DEFAULT_BACKEND",
     "DOMAINS",
     "REGISTRY",
+    "WORLD_OPTIONS",
     "Backend",
+    "SandboxChooser",
     "SandboxConfig",
     "backend",
     "backend_for",
@@ -57,6 +60,7 @@ __all__ = [
     "sweep",
     "sweep_all",
     "sweep_owner",
+    "trajectory_backend",
 ]
 
 SandboxConfig = Annotated[
@@ -74,6 +78,23 @@ SandboxConfig = Annotated[
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(SandboxConfig)
 
 
+WORLD_OPTIONS = frozenset(
+    {
+        "sites",
+        "trust_commands",
+        "instances",
+        "swebench_namespace",
+        "instance_images",
+        "pull",
+        "pull_registries",
+    }
+)
+"""Options of the user's world (``--site``, ``--instances``, ``--trust-dataset-commands``,
+``--pull`` …, and an ``--env-defaults`` file's keys) that only some backends take: a
+backend without the field ignores them (a dataset may mix backends; a defaults file may
+serve several domains). Any other option a backend does not have is a usage error."""
+
+
 def sandbox_config(
     domain: str,
     name: str | None = None,
@@ -83,22 +104,47 @@ def sandbox_config(
     """The typed config of the backend replaying *domain* (*name*, or the domain's own).
 
     *options* are the user's settings (they win); a backend whose config names
-    the domain or a run label gets this run's. UsageError for an option the
-    backend does not have or a value it rejects.
+    the domain or a run label gets this run's; :data:`WORLD_OPTIONS` it does not have
+    are left out. UsageError for another option the backend does not have or a value it
+    rejects.
     """
     chosen = backend_for(domain, name)
     fields = backend(chosen).config.model_fields
     defaults: dict[str, Any] = {"domain": domain, "run_label": run_id}
     data = {k: v for k, v in defaults.items() if k in fields}
+    given = {k: v for k, v in (options or {}).items() if k in fields or k not in WORLD_OPTIONS}
     try:
-        config: SandboxConfigBase = _ADAPTER.validate_python(
-            {**data, **(options or {}), "type": chosen}
-        )
+        config: SandboxConfigBase = _ADAPTER.validate_python({**data, **given, "type": chosen})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"][1:]) or "options"
         raise UsageError(f"sandbox {chosen!r}: {where}: {first['msg']}") from None
     return config
+
+
+class SandboxChooser:
+    """Each trajectory's sandbox config: the backend its environment names, else the run's
+    (:func:`trajectory_backend`); one config per backend, built once."""
+
+    def __init__(
+        self, chosen: str | None, options: dict[str, Any] | None = None, run_id: str = ""
+    ) -> None:
+        self.chosen = chosen
+        self.options = options or {}
+        self.run_id = run_id
+        self._configs: dict[tuple[str, str], SandboxConfigBase] = {}
+
+    def backend_of(self, domain: str, env: Any) -> str:
+        """The backend replaying a trajectory of *domain* in *env* (UsageError: it cannot)."""
+        return trajectory_backend(domain, env, self.chosen)
+
+    def config_for(self, domain: str, env: Any) -> SandboxConfigBase:
+        """The config of the backend replaying a trajectory of *domain* in *env*."""
+        name = self.backend_of(domain, env)
+        key = (domain, name)
+        if key not in self._configs:
+            self._configs[key] = sandbox_config(domain, name, self.options, self.run_id)
+        return self._configs[key]
 
 
 def parse_sandbox_config(data: dict[str, Any] | str) -> SandboxConfigBase:

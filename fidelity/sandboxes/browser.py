@@ -139,6 +139,11 @@ class BrowserConfig(SandboxConfigBase):
     site_reset_timeout: float = Field(
         default=600.0, gt=0, description="seconds a user site's reset command may run"
     )
+    trust_commands: bool = Field(
+        default=False,
+        description="run the reset commands a trajectory's env.sites name (--trust-dataset-"
+        "commands), with a scrubbed environment; off: such a trajectory is unverifiable",
+    )
 
 
 def chromium_flags(hosts: tuple[str, ...] = ()) -> list[str]:
@@ -487,7 +492,7 @@ class BrowserSandbox(Sandbox):
                 "env.project and env.sites exclude each other: one bundled site or the user's sites"
             )
         folder = project_dir(env.project) if env.project else None
-        sites = resolve_sites(env, self.config.sites)
+        sites = resolve_sites(env, self.config.sites, self.config.trust_commands)
         self._check_available()
         self._stop_site()
         self._closed.clear()

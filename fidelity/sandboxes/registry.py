@@ -14,9 +14,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fidelity.errors import SandboxUnavailableError, UsageError
+
+if TYPE_CHECKING:
+    from fidelity.model import EnvSpec
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,34 @@ def backend_for(domain: str, name: str | None) -> str:
         hint = f"use --sandbox {' or '.join(able)}" if able else "no backend replays it yet"
         raise UsageError(f"sandbox {name!r} cannot replay domain {domain!r}; {hint}")
     return name
+
+
+CONTAINER_FIELDS = ("image", "instance", "task")
+"""``env`` fields that name a container world: a trajectory with one replays in Docker."""
+
+
+def trajectory_backend(domain: str, env: EnvSpec, chosen: str | None) -> str:
+    """The backend that replays a trajectory of *domain* whose environment is *env*.
+
+    A trajectory that names a container world (``env.backend = "docker"``, or an
+    ``env.image``, ``env.instance`` or ``env.task``) replays in Docker whatever the run's
+    default; any other replays in *chosen* (``--sandbox``) or the domain's own backend,
+    so a dataset may mix them. Never a silent substitution: :class:`UsageError` when the
+    trajectory's world cannot be had that way (a backend that cannot replay its domain,
+    an image with ``env.backend = "local"``, a container world under ``--sandbox local``).
+    """
+    named = env.backend if "backend" in env.model_fields_set else None
+    if named is not None and domain not in backend(named).domains:
+        raise UsageError(f"env.backend {named!r} cannot replay domain {domain!r}")
+    container = next((name for name in CONTAINER_FIELDS if getattr(env, name) is not None), None)
+    if container is not None and named not in (None, "docker"):
+        raise UsageError(f"env.{container} names a container image, but env.backend is {named!r}")
+    if container is None and named != "docker":
+        return backend_for(domain, chosen)
+    if chosen not in (None, "docker"):
+        why = f"env.{container}" if container else "env.backend 'docker'"
+        raise UsageError(f"{why} replays in Docker, but --sandbox {chosen} was given")
+    return backend_for(domain, "docker")
 
 
 def sweep_owner(name: str, owner: int) -> int:

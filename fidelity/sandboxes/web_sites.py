@@ -45,6 +45,7 @@ from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import EnvSpec, WebSite
 from fidelity.resources import data_dir
 from fidelity.sandboxes.images import EnvironmentUnavailableError, cache_dir
+from fidelity.trust import TRUST_FLAG, redact, scrubbed_environment
 
 OWNER_FLAG = "--fidelity-owner"
 START_TIMEOUT = 30.0
@@ -183,12 +184,17 @@ class UnknownSiteError(UsageError):
 
 @dataclass(frozen=True)
 class LiveSite:
-    """A site of a trajectory, resolved: its live and recorded base URLs and reset command."""
+    """A site of a trajectory, resolved: its live and recorded base URLs and reset command.
+
+    ``reset_from`` says who named the reset: the operator (``--site-reset``, a file named
+    by ``--env-defaults``) or the dataset (``env.sites.<name>.reset``, run only when the
+    operator trusts the dataset's commands, with a scrubbed environment)."""
 
     name: str
     url: str
     recorded: str
     reset: str | None = None
+    reset_from: Literal["operator", "dataset"] = "operator"
 
     @property
     def origin(self) -> str:
@@ -223,15 +229,32 @@ def webarena_sites(environ: Mapping[str, str] | None = None) -> dict[str, WebSit
     return found
 
 
-def resolve_sites(env: EnvSpec, defaults: Mapping[str, WebSite]) -> list[LiveSite]:
-    """The user sites *env* names, each filled from *defaults* where it gives no value.
+def resolve_sites(
+    env: EnvSpec, defaults: Mapping[str, WebSite], trust_commands: bool = False
+) -> list[LiveSite]:
+    """The user sites *env* names, each filled from *defaults* (the operator's) where it
+    gives no value.
 
-    :class:`UnknownSiteError` (one line, naming ``env.sites.<name>``) for a site
-    without a URL.
+    *env* is the dataset's, untrusted: a URL it gives must have the origin of one of the
+    operator's sites, and a reset it gives runs only with *trust_commands*; otherwise
+    :class:`~fidelity.sandboxes.images.EnvironmentUnavailableError` (the trajectory is
+    unverifiable). :class:`UnknownSiteError` (one line, naming ``env.sites.<name>``) for a
+    site without a URL.
     """
+    allowed = {origin_of(site.url) for site in defaults.values() if site.url is not None}
     resolved = []
     for name, site in (env.sites or {}).items():
         default = defaults.get(name, WebSite())
+        if site.url is not None and origin_of(site.url) not in allowed:
+            raise EnvironmentUnavailableError(
+                f"env.sites.{name}.url: {site.url} is not one of the operator's sites "
+                f"(allow it with --site {name}=URL)"
+            )
+        if site.reset is not None and not trust_commands:
+            raise EnvironmentUnavailableError(
+                f"env.sites.{name}.reset: a dataset's command is not run on this host "
+                f"(pass {TRUST_FLAG} to run it)"
+            )
         url = site.url or default.url
         if url is None:
             variable = WEBARENA_VARIABLES.get(name)
@@ -241,18 +264,25 @@ def resolve_sites(env: EnvSpec, defaults: Mapping[str, WebSite]) -> list[LiveSit
                 f"(set env.sites.{name}.url, pass --site {name}=URL{hint})"
             )
         recorded = site.recorded or default.recorded or url
-        resolved.append(LiveSite(name, url, recorded, site.reset or default.reset))
+        if site.reset is not None:
+            resolved.append(LiveSite(name, url, recorded, site.reset, "dataset"))
+        else:
+            resolved.append(LiveSite(name, url, recorded, default.reset))
     return resolved
 
 
 def reset_site(site: LiveSite, timeout: float) -> None:
     """Run *site*'s reset command (``/bin/sh -c``, its own session, killed whole on timeout).
 
+    The operator's reset gets the auditor's environment; a dataset's (trusted on the
+    command line) only :func:`~fidelity.trust.scrubbed_environment`. What it printed is
+    redacted (:func:`~fidelity.trust.redact`) before it reaches the error message.
     :class:`EnvironmentUnavailableError` when it fails or times out.
     """
     if site.reset is None:
         return
-    env = {**os.environ, "FIDELITY_SITE": site.name, "FIDELITY_SITE_URL": site.url}
+    own = {"FIDELITY_SITE": site.name, "FIDELITY_SITE_URL": site.url}
+    env = scrubbed_environment(own) if site.reset_from == "dataset" else {**os.environ, **own}
     proc = subprocess.Popen(
         ["/bin/sh", "-c", site.reset],
         stdin=subprocess.DEVNULL,
@@ -260,6 +290,7 @@ def reset_site(site: LiveSite, timeout: float) -> None:
         stderr=subprocess.PIPE,
         start_new_session=True,
         env=env,
+        cwd="/",
     )
     try:
         _, stderr = proc.communicate(timeout=timeout)
@@ -271,10 +302,10 @@ def reset_site(site: LiveSite, timeout: float) -> None:
             f"site {site.name}: its reset command ran past {timeout:g} s"
         ) from None
     if proc.returncode != 0:
-        tail = " | ".join(stderr.decode(errors="replace").strip().splitlines()[-2:])
+        tail = " | ".join(redact(stderr.decode(errors="replace")).strip().splitlines()[-2:])
         raise EnvironmentUnavailableError(
             f"site {site.name}: its reset command exited {proc.returncode}"
-            + (f": {tail}" if tail else "")
+            + (f": {tail[:300]}" if tail else "")
         )
 
 

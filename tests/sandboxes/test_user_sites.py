@@ -186,7 +186,8 @@ def test_a_failing_reset_or_a_site_down_is_unverifiable(chromium: None, tmp_path
     suite = tmp_path / "suite.jsonl"
     down = f"http://127.0.0.1:{_free_port()}"
     trajectories = _library_suite(suite, {"library": {"url": down, "recorded": RECORDED}})
-    options = {"site_probe_timeout": 1.0}
+    operator = {"library": {"url": down}}  # --site library=DOWN: the data may name it
+    options = {"site_probe_timeout": 1.0, "sites": operator}
     result = replay_suite(suite, tmp_path / "out.jsonl", None, options)
     assert set(result.unverifiable or {}) == {t.id for t in trajectories}
     reason = next(iter((result.unverifiable or {}).values()))
@@ -197,11 +198,25 @@ def test_a_failing_reset_or_a_site_down_is_unverifiable(chromium: None, tmp_path
     assert {unverifiable_reason(e) for e in errors} == {reason}
     assert not [c for _, c in _marked_processes(f"{OWNER_FLAG}={os.getpid()}") if "chrom" in c]
 
-    failing = {"url": down, "recorded": RECORDED, "reset": "echo no docker >&2; exit 7"}
-    _library_suite(suite, {"library": failing})
+    failing = {"library": {"url": down, "reset": "echo no docker >&2; exit 7"}}
+    _library_suite(suite, {"library": {"recorded": RECORDED}})
+    options = {"site_probe_timeout": 1.0, "sites": failing}  # the operator's reset
     result = replay_suite(suite, tmp_path / "out.jsonl", None, options)
     reasons = set((result.unverifiable or {}).values())
     assert reasons == {"site library: its reset command exited 7: no docker"}
+
+
+def test_a_site_the_operator_did_not_name_is_unverifiable(chromium: None, tmp_path: Path) -> None:
+    """Where the data is not checked before the replay (the library API), the browser still
+    refuses a site the operator did not name: nothing is reached."""
+    suite = tmp_path / "suite.jsonl"
+    down = f"http://127.0.0.1:{_free_port()}"
+    _library_suite(suite, {"library": {"url": down, "recorded": RECORDED}})
+    result = replay_suite(suite, tmp_path / "out.jsonl", None, {"site_probe_timeout": 1.0})
+    assert set((result.unverifiable or {}).values()) == {
+        f"env.sites.library.url: {down} is not one of the operator's sites "
+        "(allow it with --site library=URL)"
+    }
 
 
 def test_an_unknown_site_name_is_one_line_and_exit_2(tmp_path: Path) -> None:
