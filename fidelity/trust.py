@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
@@ -104,10 +105,21 @@ def refuse_untrusted(
 
 def site_allowed(url: str, origins: Iterable[str]) -> bool:
     """Whether *url*'s origin is one of *origins* (the operator's sites)."""
-    from fidelity.sandboxes.web_sites import origin_of
-
     origin = origin_of(url)
     return bool(origin) and origin in set(origins)
+
+
+def origin_of(url: str) -> str:
+    """The origin of *url* with an explicit port (``http://h`` -> ``http://h:80``); '' if none."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return ""
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        return ""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}:{port}"
 
 
 def scrubbed_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -73,13 +73,13 @@ from fidelity.sandboxes.web_sites import (
     LiveSite,
     SiteProcess,
     load_site,
-    origin_of,
     probe_site,
     project_dir,
     reset_site,
     resolve_sites,
     webarena_sites,
 )
+from fidelity.trust import origin_of
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page, Playwright

@@ -35,7 +35,6 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any, Literal
 from urllib.error import HTTPError, URLError
-from urllib.parse import urlsplit
 from urllib.request import ProxyHandler, build_opener
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -45,7 +44,7 @@ from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import EnvSpec, WebSite
 from fidelity.resources import data_dir
 from fidelity.sandboxes.images import EnvironmentUnavailableError, cache_dir
-from fidelity.trust import TRUST_FLAG, redact, scrubbed_environment
+from fidelity.trust import TRUST_FLAG, origin_of, redact, scrubbed_environment
 
 OWNER_FLAG = "--fidelity-owner"
 START_TIMEOUT = 30.0
@@ -200,19 +199,6 @@ class LiveSite:
     def origin(self) -> str:
         """``scheme://host:port`` of the live URL (what the browser may reach)."""
         return origin_of(self.url)
-
-
-def origin_of(url: str) -> str:
-    """The origin of *url* with an explicit port (``http://h`` -> ``http://h:80``); '' if none."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    except ValueError:
-        return ""
-    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
-        return ""
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme}://{host}:{port}"
 
 
 def webarena_sites(environ: Mapping[str, str] | None = None) -> dict[str, WebSite]:
