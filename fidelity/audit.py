@@ -24,7 +24,7 @@ from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import TRUNCATE_AT
 from fidelity.errors import Interrupted, StoreError, UsageError
 from fidelity.executors import ExecutorConfig, LocalExecutor, ShardSink, get_executor
-from fidelity.gate import Verdict, evaluate, horizon_limit, load_policy
+from fidelity.policy import Verdict, evaluate, horizon_limit, load_policy
 from fidelity.model import Domain, Observation, Trajectory, stable_hash
 from fidelity.pipeline import SimConfig
 from fidelity.resources import default_suite

@@ -695,7 +695,8 @@ def _world_options(
 
 def _site_origins(options: Mapping[str, Any]) -> frozenset[str]:
     """The origins of the operator's sites (what a dataset's ``env.sites`` URL may name)."""
-    from fidelity.sandboxes.web_sites import origin_of, webarena_sites
+    from fidelity.sandboxes.web_sites import webarena_sites
+    from fidelity.trust import origin_of
 
     sites = options.get("sites")
     urls = (
@@ -1105,7 +1106,7 @@ def gate(
     Exit 0 pass (or warn), 1 fail, 2 usage error, 3 infrastructure or store error.
     """
     from fidelity.errors import UsageError
-    from fidelity.gate import load_policy
+    from fidelity.policy import load_policy
 
     if policy is None:
         raise UsageError("--policy is required (a TOML gate policy)")
@@ -1175,7 +1176,7 @@ def gate(
         verdict = manifest.verdict
         payload = manifest.model_dump_json(exclude={"decisions"})
     if junit is not None:
-        from fidelity.gate import junit_xml
+        from fidelity.policy import junit_xml
 
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(junit_xml(verdict), encoding="utf-8")
@@ -1234,7 +1235,7 @@ def _layout(value: str | None) -> str:
 def _gate_run(db: Path, run: str | None, rules: Any) -> Any:
     from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT
     from fidelity.analysis.summary import summarize
-    from fidelity.gate import evaluate, horizon_limit
+    from fidelity.policy import evaluate, horizon_limit
     from fidelity.store import Store
 
     with Store(db, read_only=True) as store:
@@ -1268,8 +1269,9 @@ def _gate_dataset(
     extra: dict[str, Any] | None = None,
     progress: Callable[[str, int], None] | None = None,
 ) -> Any:
-    from fidelity.dataset_gate import DEFAULT_SAMPLE, GateOptions, gate_dataset
     from fidelity.errors import UsageError
+    from fidelity.gate.dataset import gate_dataset
+    from fidelity.gate.options import DEFAULT_SAMPLE, GateOptions
 
     if replay_all and sample is not None:
         raise UsageError("--sample and --all are exclusive")

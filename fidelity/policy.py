@@ -1,4 +1,4 @@
-"""Gate v1: a TOML policy turns a run's figures into pass/fail.
+"""Gate policies: a TOML policy turns a run's figures into pass/fail.
 
 A policy file::
 

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fidelity.cli import app
-from fidelity.dataset_gate import stratified_sample
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
+from fidelity.gate.sample import stratified_sample
 from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.store import Store
 
@@ -309,8 +309,7 @@ def test_the_gate_reports_the_progress_of_each_pass(
     tmp_path: Path, db_path: Path, bwrap: None
 ) -> None:
     """Three bars: trajectories read (total unknown), sampled ones replayed, all decided."""
-    from fidelity.dataset_gate import GateOptions, gate_dataset
-    from fidelity.gate import load_policy
+    from fidelity.gate import GateOptions, gate_dataset, load_policy
 
     dataset = _dataset(tmp_path, {f"t{i}": None for i in range(5)})
     policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.5\n")
@@ -385,9 +384,8 @@ def test_a_shard_failing_in_the_last_pass_leaves_the_previous_outputs(
     tmp_path: Path, db_path: Path, bwrap: None, layout: str
 ) -> None:
     """A shard that vanishes before pass 3 reads it: no new output, no staging folder left."""
-    from fidelity.dataset_gate import GateOptions, gate_dataset
     from fidelity.errors import NotFoundError
-    from fidelity.gate import load_policy
+    from fidelity.gate import GateOptions, gate_dataset, load_policy
 
     data = _shard_folder(tmp_path)
     policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.9\n")
@@ -421,9 +419,8 @@ def test_a_gate_stopped_between_its_renames_leaves_the_previous_outputs(
 ) -> None:
     """A Ctrl-C while the outputs move into place (old ones out, new ones in): the renames
     done are undone, so the previous gate's outputs and manifest are there, as they were."""
-    import fidelity.dataset_gate
-    from fidelity.dataset_gate import GateOptions, gate_dataset
-    from fidelity.gate import load_policy
+    import fidelity.gate.write
+    from fidelity.gate import GateOptions, gate_dataset, load_policy
 
     data = _shard_folder(tmp_path)
     policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.9\n")
@@ -446,7 +443,7 @@ def test_a_gate_stopped_between_its_renames_leaves_the_previous_outputs(
             done.append(Path(target).name)
         replace(source, target)
 
-    monkeypatch.setattr(fidelity.dataset_gate.os, "replace", stopped)
+    monkeypatch.setattr(fidelity.gate.write.os, "replace", stopped)
     sharded = options.model_copy(update={"layout": "sharded", "run_id": "g2"})
     with pytest.raises(KeyboardInterrupt):
         gate_dataset(sharded, load_policy(policy))

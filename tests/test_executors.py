@@ -19,11 +19,10 @@ from pydantic import ValidationError
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import normalize
-from fidelity.dataset_gate import GateOptions, gate_dataset
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.executors import ExecutorConfig
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.gate import load_policy
+from fidelity.gate import GateOptions, gate_dataset, load_policy
 from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.pipeline import SimConfig, load_suite, world_model_from_flags
 from fidelity.resources import default_suite

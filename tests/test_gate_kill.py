@@ -240,8 +240,7 @@ def test_the_gate_stores_the_datasets_observations_capped_as_audit_does(
     """A 100,000-character simulated observation is stored cut at the audit's cap and
     flagged truncated; the output line keeps it whole."""
     from fidelity.compare.normalize import TRUNCATE_AT, truncate
-    from fidelity.dataset_gate import GateOptions, gate_dataset
-    from fidelity.gate import load_policy
+    from fidelity.gate import GateOptions, gate_dataset, load_policy
     from fidelity.store import Store
 
     long = "".join(f"line {i:06d}\n" for i in range(9_000))  # 108,000 characters

@@ -14,11 +14,10 @@ from fidelity.analysis.models import OutcomeTable
 from fidelity.analysis.outcomes import bootstrap_kappa, cohen_kappa, domain_outcomes
 from fidelity.analysis.summary import summarize
 from fidelity.cli import app
-from fidelity.dataset_gate import GateOptions, gate_dataset
 from fidelity.drift import compare_runs, outcome_lines
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.formats.swe_agent import claimed_outcome
-from fidelity.gate import load_policy
+from fidelity.gate import GateOptions, gate_dataset, load_policy
 from fidelity.model import (
     CommandAction,
     EnvSpec,

@@ -12,9 +12,8 @@ import pytest
 
 from fidelity.analysis.models import OutcomeTable
 from fidelity.analysis.summary import summarize
-from fidelity.dataset_gate import GateOptions, gate_dataset
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.gate import evaluate, load_policy
+from fidelity.gate import GateOptions, evaluate, gate_dataset, load_policy
 from fidelity.model import Outcome, Step, Trajectory
 from fidelity.pipeline import load_suite, replay
 from fidelity.report.html import render_report

@@ -10,11 +10,11 @@ import duckdb
 import pytest
 import zstandard
 
-from fidelity.dataset_gate import GateOptions, gate_dataset, scan_dataset
 from fidelity.errors import InputFormatError, NotFoundError
 from fidelity.formats.dataset import lines, shards, trajectories
 from fidelity.formats.jsonl import dump_line
-from fidelity.gate import load_policy
+from fidelity.gate import GateOptions, gate_dataset, load_policy
+from fidelity.gate.scan import scan_dataset
 from fidelity.model import CommandAction, Observation, Step, Trajectory
 
 

@@ -15,10 +15,9 @@ import pytest
 from fidelity.analysis.models import OutcomeTable
 from fidelity.analysis.summary import summarize
 from fidelity.batch import replay_suite
-from fidelity.dataset_gate import GateOptions, gate_dataset
 from fidelity.diffing import diff_files
 from fidelity.errors import InputFormatError
-from fidelity.gate import load_policy
+from fidelity.gate import GateOptions, gate_dataset, load_policy
 from fidelity.harnesses.terminal_bench import parse_pytest
 from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
 from fidelity.pipeline import load_suite, replay_or_fail, unverifiable_reason
