@@ -128,7 +128,7 @@ def test_a_dataset_gate_decides_an_unverifiable_trajectory(docker: None, tmp_pat
     lost = decisions["lost"]
     assert lost["outcome"] == "unverifiable" and lost["cause"] == "unverifiable"
     assert not lost["verified"] and lost["steps_kept"] == 0
-    assert MISSING in str(lost["reason"]) and "pulling it failed" in str(lost["reason"])
+    assert MISSING in str(lost["reason"]) and "--pull pulls it" in str(lost["reason"])
     assert [decisions[t]["outcome"] for t in ("ok-1", "ok-2", "ok-3")] == ["admitted"] * 3
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["unverifiable"] == 1
@@ -160,7 +160,7 @@ def test_a_dataset_gate_decides_an_unverifiable_trajectory(docker: None, tmp_pat
     assert result.exit_code == 0, result.output
     html = report.read_text()
     assert 'id="unverifiable"' in html and "<code>lost</code>" in html
-    assert MISSING in html and "pulling it failed" in html
+    assert MISSING in html and "--pull pulls it" in html
 
 
 @pytest.mark.docker

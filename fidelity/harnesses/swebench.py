@@ -18,8 +18,11 @@ its ``instance_id``, with the record inline or found in the instances file of th
     prefix ``docker.io/xingyaoww/``) and SkyRL does for SWE-Gym data (``get_docker_image_name``
     in skyrl-train/examples/mini_swe_agent/mini_swe_utils.py).
 
-  The docker and swe backends run it on their ``env.image`` path (pulled when absent; an
-  image that is neither here nor pullable makes the trajectory unverifiable).
+  The docker and swe backends run it on their ``env.image`` path: an image that is not here
+  is pulled only as the backend's ``pull`` and ``pull_registries`` allow (``--pull``,
+  ``--pull-registry``; a namespace's host is its registry, else ``docker.io``), and one that
+  is not here and may not be pulled, or whose pull failed, makes the trajectory
+  unverifiable.
 - **Grading**: after the last replayed step, swebench's test spec (``make_test_spec``) gives
   the eval script (check out the test files, apply ``test_patch``, run the repo's test
   command); it runs in the replayed container and its log is graded by swebench's

@@ -14,6 +14,13 @@ timeouts), a ``Dockerfile`` and/or ``docker-compose.yaml``, ``run-tests.sh`` and
   registry is reachable from the sandboxes). A ``wheels.toml`` (fidelity's addition: pinned
   pure-Python wheels, fetched on the host and checked by sha256) puts wheels under
   ``wheels/`` in the build context, so a task can install its test runner offline.
+- **Untrusted**: the folder comes with a dataset. Of the compose file only the build and
+  the environment are used (a context outside the folder, a Dockerfile outside the context,
+  or an environment variable that makes bash or the loader run code is refused; mounts,
+  command and the rest never reach the container, other keys are refused). Before a build,
+  the images it builds on must be here or pulled under the operator's pull policy, and no
+  ``ADD`` may download a URL (:mod:`fidelity.harnesses.dockerfile`); the image then runs as
+  any ``env.image`` does, its ENTRYPOINT overridden.
 - **Outcome**, as Terminal-Bench grades it: after the last step ``run-tests.sh`` and
   ``tests/`` are copied to ``/tests`` and ``bash /tests/run-tests.sh`` runs with
   ``max_test_timeout_sec``; its output is read by Terminal-Bench's pytest parser (the lines
@@ -43,14 +50,18 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fidelity.errors import InputFormatError, SandboxError, UsageError
+from fidelity.harnesses import dockerfile
 from fidelity.model import CommandAction, EnvSpec, Observation
 from fidelity.sandboxes.images import (
     EnvironmentUnavailableError,
+    PullPolicy,
     _build_lock,
     cache_dir,
     docker_client,
     ensure_image,
+    local_or_pulled,
     recipe_hash,
+    withheld_variable,
 )
 
 if TYPE_CHECKING:
@@ -229,6 +240,11 @@ def _load_task(folder: Path, state: tuple[tuple[int, int, int] | None, ...]) -> 
     context, dockerfile, environment = folder, "Dockerfile", dict(DEFAULT_ENVIRONMENT)
     if compose.is_file():
         context, dockerfile, args, environment = _client(compose)
+    if not (context / dockerfile).resolve().is_relative_to(context.resolve()):
+        raise InputFormatError(
+            str(context / dockerfile), None, None, "outside the task folder: a dataset's build "
+            "reads no other file of this host"
+        )  # fmt: skip
     if not (context / dockerfile).is_file():
         raise InputFormatError(
             str(context / dockerfile), None, None, "missing: the client image's Dockerfile"
@@ -275,19 +291,35 @@ def _client(compose: Path) -> tuple[Path, str, dict[str, str], dict[str, str]]:
             str(compose), None, "services.client.build", "missing: the client image is built"
         )
     variables = dict(T_BENCH_VARIABLES)
-    return (
-        (compose.parent / _substitute(build.context, variables)).resolve(),
-        _substitute(build.dockerfile, variables),
-        _pairs(build.args, variables),
-        _pairs(client.environment, variables),
-    )
+    folder = compose.parent.resolve()
+    context = (compose.parent / _substitute(build.context, variables)).resolve()
+    if not context.is_relative_to(folder):
+        raise InputFormatError(
+            str(compose), None, "services.client.build.context", f"{context} is outside the "
+            "task folder: a dataset's build reads no other folder of this host"
+        )  # fmt: skip
+    name = _substitute(build.dockerfile, variables)
+    if not (context / name).resolve().is_relative_to(context):
+        raise InputFormatError(
+            str(compose), None, "services.client.build.dockerfile", f"{name} is outside the "
+            "build context: a dataset's build reads no other file of this host"
+        )  # fmt: skip
+    environment = _pairs(client.environment, variables)
+    for key in environment:
+        if withheld_variable(key):
+            raise InputFormatError(
+                str(compose), None, f"services.client.environment.{key}", "makes bash or the "
+                "loader run code on its own; a dataset's task does not set it"
+            )  # fmt: skip
+    return context, name, _pairs(build.args, variables), environment
 
 
-def prepare(env: EnvSpec, backend: str) -> tuple[EnvSpec, Task]:
+def prepare(env: EnvSpec, backend: str, pull: PullPolicy | None = None) -> tuple[EnvSpec, Task]:
     """*env* as the docker sandbox runs it (the task's image and environment) and its task.
 
     Raises EnvironmentUnavailableError (the trajectory is unverifiable) when the image
-    cannot be built, UsageError when *backend* is not docker.
+    cannot be built (an image its Dockerfile builds on is not here and *pull*, default none,
+    does not allow pulling it), UsageError when *backend* is not docker.
     """
     if env.task is None:
         raise ValueError("prepare() needs an env.task")
@@ -295,7 +327,7 @@ def prepare(env: EnvSpec, backend: str) -> tuple[EnvSpec, Task]:
         raise UsageError(f"env.task (a Terminal-Bench task) runs in the docker sandbox, not "
                          f"{backend!r}: pass --sandbox docker")  # fmt: skip
     task = load_task(Path(env.task))
-    image = ensure_task_image(task)
+    image = ensure_task_image(task, pull or PullPolicy())
     prepared = env.model_copy(
         update={"image": image, "env": {**task.environment, **env.env}, "task": None}
     )
@@ -305,8 +337,14 @@ def prepare(env: EnvSpec, backend: str) -> tuple[EnvSpec, Task]:
 _built: dict[str, str] = {}
 
 
-def ensure_task_image(task: Task) -> str:
-    """The tag of *task*'s client image, built (offline) when this folder content has none."""
+def ensure_task_image(task: Task, pull: PullPolicy | None = None) -> str:
+    """The tag of *task*'s client image, built (offline) when this folder content has none.
+
+    Before a build, every image the Dockerfile builds on (``FROM``, ``COPY --from``, and
+    the ``ONBUILD`` triggers of those) must be here or pulled under *pull* (default: none),
+    and no ``ADD`` may name a URL: the daemon would pull or fetch them itself, whatever the
+    build's network. Otherwise :class:`EnvironmentUnavailableError` (one line).
+    """
     base = ensure_image("terminal") if _wants_base(task) else ""
     digest = recipe_hash(task.folder, f"{base}\0{task.context}\0{task.dockerfile}")
     if task.context != task.folder and task.context.is_dir():
@@ -318,10 +356,49 @@ def ensure_task_image(task: Task) -> str:
     client = docker_client()
     with _build_lock():
         if not _has(client, tag):
+            _check_reach(client, task, base, pull or PullPolicy())
             with _context(task) as context:
                 _build(client, task, context, tag, base)
     _built[tag] = tag
     return tag
+
+
+def _build_args(task: Task, base: str) -> dict[str, str]:
+    return {**({"BASE": base} if base else {}), **task.build_args}
+
+
+def _check_reach(client: Any, task: Task, base: str, pull: PullPolicy) -> None:
+    """Refuse (EnvironmentUnavailableError) a build that would pull an image *pull* does not
+    allow or download a URL; pull the allowed images first, so the build pulls nothing."""
+    name = task.folder.name
+    text = (task.context / task.dockerfile).read_text(encoding="utf-8", errors="replace")
+    found = dockerfile.reach(text, _build_args(task, base))
+    checked: set[str] = set()
+    while found.images or found.urls or found.unresolved:
+        if found.urls:
+            raise EnvironmentUnavailableError(
+                f"the Terminal-Bench task {name!r} downloads {found.urls[0]} in its build "
+                "(ADD of a URL): a dataset's build reaches no host"
+            )
+        if found.unresolved:
+            raise EnvironmentUnavailableError(
+                f"the Terminal-Bench task {name!r} builds with {found.unresolved[0]!r}, whose "
+                "variable fidelity cannot resolve: it cannot tell which image that pulls"
+            )
+        triggers: list[str] = []
+        for reference in found.images:
+            if reference in checked:
+                continue
+            checked.add(reference)
+            try:
+                image = local_or_pulled(client, reference, pull)
+            except EnvironmentUnavailableError as exc:
+                raise EnvironmentUnavailableError(
+                    f"the Terminal-Bench task {name!r} builds on an image it cannot have: {exc}"
+                ) from exc
+            triggers += (image.attrs.get("Config") or {}).get("OnBuild") or []
+        # ONBUILD triggers of those images run in this build: they may pull or fetch too
+        found = dockerfile.reach("FROM scratch\n" + "\n".join(triggers), {})
 
 
 def _wants_base(task: Task) -> bool:
@@ -342,7 +419,7 @@ def _has(client: Any, tag: str) -> bool:
 def _build(client: Any, task: Task, context: Path, tag: str, base: str) -> None:
     import docker
 
-    args = {**({"BASE": base} if base else {}), **task.build_args}
+    args = _build_args(task, base)
     try:
         client.images.build(
             path=str(context),
@@ -375,7 +452,7 @@ def _context(task: Task) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="fidelity-tb-") as tmp:
         context = Path(tmp) / "context"
-        shutil.copytree(task.context, context)
+        shutil.copytree(task.context, context, symlinks=True)  # links stay links
         (context / "wheels").mkdir(exist_ok=True)
         for pin in task.wheels:
             wheel = fetch_wheel(pin)

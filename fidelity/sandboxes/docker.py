@@ -9,6 +9,12 @@ memory and CPU limits of the container's cgroup, ``RLIMIT_DATA`` and
 left. The workdir, ``~/.gitconfig`` and ``@file`` setup scripts are copied in
 with ``put_archive`` before the container starts, fresh for every reset.
 
+An image is data: its ``ENTRYPOINT``, ``CMD`` and ``HEALTHCHECK`` never run (the
+container's process is fidelity's keepalive), the variables of its ``ENV`` that make
+bash or the loader run code are blanked (:func:`~fidelity.sandboxes.images.withheld_variable`),
+and an image that is not here is pulled only as the operator allows (``pull``,
+``pull_registries``): otherwise the trajectory is unverifiable.
+
 Protocol: :mod:`fidelity.sandboxes.shell` over a ``docker exec -i``
 (:class:`~fidelity.sandboxes.shell.DockerExecTransport`), whose multiplexed
 stream keeps stdout and stderr apart: the exec's stderr stream is the status
@@ -36,7 +42,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fidelity.errors import SandboxError, SetupFailedError, UsageError
 from fidelity.harnesses.swebench import ImageConvention
@@ -47,9 +53,11 @@ from fidelity.sandboxes.config import ShellLimits
 from fidelity.sandboxes.images import (
     AGENT_UID,
     ImageProfile,
+    PullPolicy,
     docker_client,
     ensure_image,
     no_daemon,
+    normal_registry,
     resolve_image,
 )
 from fidelity.sandboxes.shell import (
@@ -75,6 +83,8 @@ _counter = itertools.count(1)
 _image_cache: dict[str, str] = {}
 _image_lock = threading.Lock()
 _BASH = "/bin/bash"
+KEEPALIVE = ["sleep", "infinity"]
+"""The container's own process: it replaces the image's ENTRYPOINT and CMD, which never run."""
 _ACTIVATE = (
     "if [ -r /opt/miniconda3/bin/activate ]; then . /opt/miniconda3/bin/activate "
     "&& conda activate testbed; fi >/dev/null 2>&1; "
@@ -124,6 +134,25 @@ class DockerConfig(ShellLimits):
         default="swebench",
         description="how an instance id names its image: swebench's ImageSpec or SWE-Gym's",
     )
+    pull: bool = Field(
+        default=False,
+        description="pull an env.image that is not here (--pull); without it such a "
+        "trajectory is unverifiable",
+    )
+    pull_registries: list[str] = Field(
+        default_factory=list,
+        description="with pull: only images of these registries are pulled (--pull-registry; "
+        "name and user/name are docker.io's)",
+    )
+
+    @field_validator("pull_registries")
+    @classmethod
+    def _registry_hosts(cls, hosts: list[str]) -> list[str]:
+        return [normal_registry(host) for host in hosts]
+
+    def pull_policy(self) -> PullPolicy:
+        """Which images this backend may pull (none unless ``pull``)."""
+        return PullPolicy(pull=self.pull, registries=tuple(self.pull_registries))
 
 
 class DockerSandbox(Sandbox):
@@ -232,7 +261,7 @@ class DockerSandbox(Sandbox):
         """The image of *env*: its own (``env.image``, resolved), else the configured one."""
         self._profile = None
         if env.image:
-            self._profile = resolve_image(self._client, env.image)
+            self._profile = resolve_image(self._client, env.image, self.config.pull_policy())
             return env.image
         if self.config.image:
             return self.config.image
@@ -247,14 +276,18 @@ class DockerSandbox(Sandbox):
         cfg = self.config
         memory = cfg.max_memory_mb * 1024 * 1024
         file_size = cfg.max_file_mb * 1024 * 1024
+        withheld = self._profile.withheld if self._profile is not None else ()
         return {
-            "command": ["sleep", "infinity"],
+            # the image's ENTRYPOINT, CMD and HEALTHCHECK never run: only fidelity's keepalive
+            "entrypoint": KEEPALIVE,
+            "healthcheck": {"test": ["NONE"]},
             # init and the keepalive run as (capability-less) root, so the agent's
             # `kill -9 -1` cannot stop the container under its own shell
             "user": "0:0",
             "hostname": "sandbox",
             "working_dir": MOUNT,
-            "environment": SANDBOX_ENVIRONMENT,
+            # the image's withheld ENV (BASH_ENV, LD_PRELOAD...) blanked for every process
+            "environment": {**SANDBOX_ENVIRONMENT, **dict.fromkeys(withheld, "")},
             "network_mode": "none",
             "cap_drop": ["ALL"],
             "cap_add": cfg.cap_add or None,
@@ -375,7 +408,13 @@ class DockerSandbox(Sandbox):
             shell = ShellSession(DockerExecTransport(api, exec_id), self.config.max_output_bytes)
             self._shell, self._exec_id = shell, exec_id
         enter = f"cd {quote(self._cwd)} 2>/dev/null || cd {MOUNT}; printf %s $$"
-        step = shell.run(_ACTIVATE + enter if self._profile is not None else enter, 30.0)
+        if self._profile is not None:
+            # the image's withheld ENV is blanked in the container; unset, it is gone from
+            # the agent's shell and its children too (SHELLOPTS and BASHOPTS stay: readonly)
+            names = [n for n in self._profile.withheld if n.isascii() and n.isidentifier()]
+            unset = f"unset {' '.join(names)} 2>/dev/null; " if names else ""
+            enter = unset + _ACTIVATE + enter
+        step = shell.run(enter, 30.0)
         text = step.output.text()
         if step.done is None:
             raise SandboxError(f"the container shell did not start ({step.why}): {text[-300:]}")
@@ -944,7 +983,7 @@ def _remove(container: Any) -> None:
 
     with contextlib.suppress(docker.errors.NotFound):
         try:
-            container.remove(force=True)
+            container.remove(force=True, v=True)  # with the image's anonymous VOLUMEs
         except docker.errors.APIError as exc:
             if "already in progress" not in str(exc):
                 raise

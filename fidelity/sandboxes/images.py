@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,9 +29,9 @@ import tempfile
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fidelity.errors import NotFoundError, SandboxError, SandboxUnavailableError
 from fidelity.resources import data_dir
@@ -307,8 +308,131 @@ def buildable_domains() -> list[str]:
 
 
 class EnvironmentUnavailableError(SandboxError):
-    """A trajectory's environment cannot be had (its image is missing and cannot be pulled):
-    the trajectory is *unverifiable*, not failed, and the others go on."""
+    """A trajectory's environment cannot be had (its image is missing and may not be pulled,
+    or pulling it failed): the trajectory is *unverifiable*, not failed, and the others go on."""
+
+
+DEFAULT_REGISTRY = "docker.io"
+"""The registry of a reference that names none (``name``, ``user/name``), as Docker reads it."""
+
+_LEGACY_REGISTRY = "index.docker.io"
+
+
+def normal_registry(host: str) -> str:
+    """*host* as a registry is compared: lower case, ``index.docker.io`` read as ``docker.io``.
+
+    ValueError (one line) for what is not a registry host (a URL, a path, an empty name)."""
+    text = host.strip().lower()
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?", text):
+        raise ValueError(
+            f"{host!r} is not a registry host (e.g. ghcr.io, registry.example:5000): "
+            "no scheme, path or spaces"
+        )
+    return DEFAULT_REGISTRY if text == _LEGACY_REGISTRY else text
+
+
+def registry_of(reference: str) -> str:
+    """The registry Docker pulls *reference* from (its ``splitDockerDomain``): the first path
+    component when it has a ``.`` or ``:``, is ``localhost`` or has a capital letter, else
+    ``docker.io`` (``name`` and ``user/name`` are Docker Hub's)."""
+    name = reference.split("@", 1)[0]
+    first, slash, _ = name.partition("/")
+    if not slash or (
+        not any(mark in first for mark in ".:") and first != "localhost" and first.lower() == first
+    ):
+        return DEFAULT_REGISTRY
+    return DEFAULT_REGISTRY if first.lower() == _LEGACY_REGISTRY else first.lower()
+
+
+class PullPolicy(BaseModel):
+    """Which images fidelity may pull: none unless the operator says ``--pull``; with
+    ``--pull-registry HOST`` only those whose registry (:func:`registry_of`) is named."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pull: bool = False
+    registries: tuple[str, ...] = ()
+
+    @field_validator("registries")
+    @classmethod
+    def _hosts(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(normal_registry(host) for host in hosts)
+
+    @classmethod
+    def of(cls, config: object) -> PullPolicy:
+        """The policy a backend config carries (``pull``, ``pull_registries``); none pulls."""
+        registries = getattr(config, "pull_registries", None) or ()
+        return cls(pull=bool(getattr(config, "pull", False)), registries=tuple(registries))
+
+    def refusal(self, reference: str) -> str | None:
+        """Why *reference* (not here) is not pulled, one line; None when it may be."""
+        if not self.pull:
+            return f"image {reference!r} is not here and is not pulled: --pull pulls it"
+        if self.registries:
+            allowed = sorted(set(self.registries))
+            registry = registry_of(reference)
+            if registry not in allowed:
+                return (
+                    f"image {reference!r} is not here and is not pulled: its registry "
+                    f"{registry} is not one --pull-registry names ({', '.join(allowed)})"
+                )
+        return None
+
+
+def local_or_pulled(client: Any, reference: str, policy: PullPolicy) -> Any:
+    """The image *reference* as the daemon has it, pulled first only where *policy* allows.
+
+    Raises :class:`EnvironmentUnavailableError` (one line) when it is not here and may not
+    be pulled, or pulling it failed (no registry answers, no such image): no pull is asked
+    of the daemon unless *policy* allows it.
+    """
+    import docker
+
+    try:
+        return client.images.get(reference)
+    except docker.errors.ImageNotFound:
+        pass  # not here: pulled below, where the operator allowed it
+    except docker.errors.APIError as exc:  # a name the daemon cannot parse, ...
+        reason = " ".join(str(getattr(exc, "explanation", None) or exc).split())[:300]
+        raise EnvironmentUnavailableError(f"image {reference!r}: {reason}") from exc
+    refusal = policy.refusal(reference)
+    if refusal is not None:
+        raise EnvironmentUnavailableError(refusal)
+    try:
+        return client.images.pull(reference)
+    except docker.errors.DockerException as exc:
+        reason = " ".join(str(getattr(exc, "explanation", None) or exc).split())[:300]
+        raise EnvironmentUnavailableError(
+            f"image {reference!r} is not here and pulling it failed: {reason}"
+        ) from exc
+
+
+_SHELL_HOOKS: Final = frozenset(
+    {
+        # bash runs code: on start (BASH_ENV, ENV), around every interactive command
+        # (PROMPT_COMMAND, PS0-PS4 with $(...)), under xtrace (PS4), through readline (INPUTRC)
+        "BASH_ENV", "ENV", "PROMPT_COMMAND", "PS0", "PS1", "PS2", "PS3", "PS4", "INPUTRC",
+        # bash options, loadable builtins and traces set from outside
+        "SHELLOPTS", "BASHOPTS", "BASH_COMPAT", "BASH_LOADABLES_PATH", "BASH_XTRACEFD",
+        "POSIXLY_CORRECT",
+        # how bash finds, expands and reports commands; files it writes; when it exits
+        "CDPATH", "GLOBIGNORE", "GLOBSORT", "EXECIGNORE", "HISTFILE", "MAIL", "MAILPATH",
+        "TMOUT",
+        # the C library loads code: iconv modules, tunables
+        "GCONV_PATH", "GLIBC_TUNABLES",
+    }
+)  # fmt: skip
+
+
+def withheld_variable(name: str) -> bool:
+    """Whether an image's ``ENV`` variable *name* is kept from the sandbox: it makes bash or the
+    dynamic loader run code (``BASH_ENV``, ``PROMPT_COMMAND``, exported ``BASH_FUNC_*``
+    functions, ``LD_PRELOAD``, ``LD_AUDIT``...) or changes how bash finds, expands or prints
+    commands, without the agent asking. ``LD_LIBRARY_PATH``, ``PATH``, conda's and the locale's
+    variables are the image's own world and pass."""
+    if name in _SHELL_HOOKS or name.startswith("BASH_FUNC_"):
+        return True
+    return name.startswith("LD_") and name != "LD_LIBRARY_PATH"
 
 
 class ImageProfile(BaseModel):
@@ -319,33 +443,28 @@ class ImageProfile(BaseModel):
     reference: str
     workdir: str = Field(default="", description="its WORKDIR ('' = none)")
     user: str = Field(default="", description="its USER ('' = root)")
-    env: dict[str, str] = Field(default_factory=dict, description="its ENV")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="its ENV, less the withheld variables"
+    )
+    withheld: tuple[str, ...] = Field(
+        default=(), description="its ENV variables the sandbox blanks (withheld_variable)"
+    )
 
 
-def resolve_image(client: Any, reference: str) -> ImageProfile:
-    """*reference*'s profile, pulled first where it is not here.
+def resolve_image(client: Any, reference: str, policy: PullPolicy | None = None) -> ImageProfile:
+    """*reference*'s profile; an image that is not here is pulled only where *policy* allows
+    (default: never).
 
-    Raises :class:`EnvironmentUnavailableError` (one line) when the image is
-    neither here nor pullable (no registry answers, no such image).
+    Raises :class:`EnvironmentUnavailableError` (one line) when the image is not here and
+    may not be pulled, or pulling it failed.
     """
-    import docker
-
-    try:
-        image = client.images.get(reference)
-    except docker.errors.ImageNotFound:
-        try:
-            image = client.images.pull(reference)
-        except docker.errors.DockerException as exc:
-            reason = " ".join(str(getattr(exc, "explanation", None) or exc).split())[:300]
-            raise EnvironmentUnavailableError(
-                f"image {reference!r} is not here and pulling it failed: {reason}"
-            ) from exc
+    image = local_or_pulled(client, reference, policy or PullPolicy())
     config = image.attrs.get("Config") or {}
-    pairs = (item.partition("=") for item in config.get("Env") or [])
-    env = {name: value for name, _, value in pairs}
+    pairs = [item.partition("=") for item in config.get("Env") or []]
     return ImageProfile(
         reference=reference,
         workdir=config.get("WorkingDir") or "",
         user=config.get("User") or "",
-        env=env,
+        env={name: value for name, _, value in pairs if not withheld_variable(name)},
+        withheld=tuple(sorted({name for name, _, _ in pairs if withheld_variable(name)})),
     )

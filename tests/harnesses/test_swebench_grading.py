@@ -170,7 +170,7 @@ def test_audit_and_gate_replay_instance_trajectories(
 @pytest.mark.parametrize(
     ("instance", "reason"),
     [
-        (MISSING_ID, "is not here and pulling it failed"),
+        (MISSING_ID, "is not here and is not pulled: --pull pulls it"),
         ("kjd__idna-404", "instance 'kjd__idna-404' is not in"),
     ],
 )
