@@ -141,7 +141,7 @@ def test_audit_and_gate_replay_instance_trajectories(
 
     (tmp_path / "gate.toml").write_text(
         "[default]\nmax_drift_rate = 0.1\nmax_unverifiable_rate = 0.5\n"
-        "max_false_success_rate = 1.0\n"
+        "max_false_success_rate = 1.0\nmax_outcome_unverifiable_rate = 0.5\n"
     )
     gated = runner.invoke(
         app,
@@ -159,11 +159,12 @@ def test_audit_and_gate_replay_instance_trajectories(
     }
     assert {t: d["outcome"] for t, d in decisions.items()} == {
         "fixes": "admitted", "fixes-2": "admitted", "looks-only": "quarantined",
-        "breaks-more": "quarantined", "hangs": "admitted",
+        "breaks-more": "quarantined", "hangs": "quarantined",
     }  # fmt: skip
     quarantined = {t.id: t.meta for t in read_trajectories(tmp_path / "out/quarantined.jsonl")}
     assert {t: m["quarantine_reason"] for t, m in quarantined.items()} == {
         "looks-only": "outcome", "breaks-more": "outcome",
+        "hangs": "outcome-unverifiable",  # its eval script timed out: the claim is unchecked
     }  # fmt: skip
 
 
