@@ -17,6 +17,13 @@ files ends in ENOSPC inside the sandbox, not on the host.
 
 The shell's stdin: :func:`fd_holders` finds processes holding the harness
 shell's input pipe open (they would eat the next command), to kill them.
+
+bubblewrap: the pieces every bwrap sandbox shares (the terminal's, each MCP server's):
+:func:`sandbox_uid` (an unprivileged host uid of its own when fidelity runs as root),
+:func:`isolation_args` (every namespace, no capabilities, that uid inside),
+:func:`system_binds` (the read-only system), :func:`write_identity` /
+:func:`identity_binds` (its own ``/etc/passwd`` and ``/etc/group``) and
+:func:`unreachable` (a bind source the sandbox uid cannot reach).
 """
 
 from __future__ import annotations
@@ -27,12 +34,94 @@ import ctypes.util
 import functools
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PREFIX = "fidelity-"
+INSIDE_UID = 1000
+"""The sandbox user's uid (and gid) inside every bubblewrap sandbox."""
+SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_uid_lock = threading.Lock()
+_uid_counter = 0
+
+
+def sandbox_uid() -> int | None:
+    """A fresh unprivileged host uid per sandbox when running as root, else None (own uid)."""
+    global _uid_counter
+    if os.geteuid() != 0:
+        return None
+    with _uid_lock:
+        _uid_counter += 1
+        return 200_000 + (os.getpid() % 4096) * 256 + _uid_counter % 256
+
+
+def isolation_args(die_with_parent: bool = True) -> list[str]:
+    """bwrap's isolation: every namespace (no network but its own loopback, own PID
+    namespace), its own session, no capabilities, :data:`INSIDE_UID` inside."""
+    return [
+        "--unshare-all",
+        *(["--die-with-parent"] if die_with_parent else []),
+        "--new-session",
+        *("--cap-drop", "ALL"),
+        *("--hostname", "sandbox"),
+        *("--uid", str(INSIDE_UID)),
+        *("--gid", str(INSIDE_UID)),
+    ]
+
+
+def system_binds() -> list[str]:
+    """bwrap's read-only system: ``/usr``, ``/etc`` and the top-level ``bin``/``lib``
+    folders (a symlink into ``/usr`` stays a symlink)."""
+    argv = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for name in SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            argv += ["--ro-bind", str(path), str(path)]
+    return argv
+
+
+def write_identity(folder: Path, home: str) -> None:
+    """``passwd`` and ``group`` in *folder* naming root, the sandbox user (``agent``,
+    :data:`INSIDE_UID`, home *home*) and nobody: what :func:`identity_binds` mounts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "passwd").write_text(
+        f"root:x:0:0:root:/root:/bin/bash\nagent:x:{INSIDE_UID}:{INSIDE_UID}:agent:{home}:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    (folder / "group").write_text(f"root:x:0:\nagent:x:{INSIDE_UID}:\nnogroup:x:65534:\n")
+
+
+def identity_binds(folder: Path) -> list[str]:
+    """bwrap arguments mounting :func:`write_identity`'s files over the host's, read-only."""
+    return [
+        *("--ro-bind", str(folder / "passwd"), "/etc/passwd"),
+        *("--ro-bind", str(folder / "group"), "/etc/group"),
+    ]
+
+
+def unreachable(path: Path, uid: int | None) -> Path | None:
+    """The first folder above *path* that host uid *uid* cannot search (so bwrap, running
+    as *uid*, cannot bind *path*); None when every one can be (or *uid* is None: our own)."""
+    if uid is None:
+        return None
+    for folder in reversed(path.parents):
+        info = folder.stat()
+        if not (info.st_mode & 0o001 or (info.st_uid == uid and info.st_mode & 0o100)):
+            return folder
+    return None
+
+
+def chown_tree(path: Path, uid: int) -> None:
+    """Give *path* and everything below it (symlinks themselves, not their targets) to *uid*."""
+    os.chown(path, uid, uid, follow_symlinks=False)
+    for dirpath, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 class MemoryCgroup:

@@ -56,14 +56,10 @@ from fidelity.sandboxes.shell import (
     quote,
 )
 
-INSIDE_UID = 1000
 _ROOT_PREFIX = "fidelity-local-"
 _SHOWN = {"work": f"{MOUNT} and {HOME}", "tmp": "/tmp", "shm": "/dev/shm"}
-_SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _TRANSIENT_MOUNT_ERRORS = {errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ENOMEM}
 _warned_errnos: set[int | None] = set()
-_uid_lock = threading.Lock()
-_uid_counter = 0
 
 
 class LocalConfig(ShellLimits):
@@ -93,7 +89,7 @@ class LocalSandbox(Sandbox):
         self._shell: ShellSession | None = None
         self._env: EnvSpec | None = None
         self._cwd = MOUNT
-        self._uid = _sandbox_uid()
+        self._uid = containment.sandbox_uid()
         self._partial_keys = False
         self._closed = threading.Event()  # set by close(), possibly from another thread
         self._background_jobs = False  # did the last command leave jobs running?
@@ -437,37 +433,9 @@ class LocalSandbox(Sandbox):
             "--core=0",
             "--",
             self._bwrap,
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-            "--hostname",
-            "sandbox",
-            "--uid",
-            str(INSIDE_UID),
-            "--gid",
-            str(INSIDE_UID),
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--ro-bind",
-            "/etc",
-            "/etc",
-        ]
-        for name in _SYSTEM_DIRS:
-            path = Path("/") / name
-            if path.is_symlink():
-                argv += ["--symlink", os.readlink(path), str(path)]
-            elif path.is_dir():
-                argv += ["--ro-bind", str(path), str(path)]
-        argv += [
-            "--ro-bind",
-            str(self._root / "etc" / "passwd"),
-            "/etc/passwd",
-            "--ro-bind",
-            str(self._root / "etc" / "group"),
-            "/etc/group",
+            *containment.isolation_args(),
+            *containment.system_binds(),
+            *containment.identity_binds(self._root / "etc"),
             "--proc",
             "/proc",
             "--dev",
@@ -528,18 +496,13 @@ class LocalSandbox(Sandbox):
         home.mkdir()
         (home / ".gitconfig").write_text(GITCONFIG)
         (root / "control").mkdir()
-        (root / "etc").mkdir()
-        (root / "etc" / "passwd").write_text(
-            f"root:x:0:0:root:/root:/bin/bash\nagent:x:{INSIDE_UID}:{INSIDE_UID}:agent:{HOME}:/bin/bash\n"
-            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-        )
-        (root / "etc" / "group").write_text(f"root:x:0:\nagent:x:{INSIDE_UID}:\nnogroup:x:65534:\n")
+        containment.write_identity(root / "etc", HOME)
         for index, command in enumerate(env.setup):
             if command.startswith("@"):
                 shutil.copyfile(command[1:], root / "control" / f"setup-{index}.sh")
         if self._uid is not None:
             for path in (workspace, home):
-                _chown_tree(path, self._uid)
+                containment.chown_tree(path, self._uid)
 
     def _run_setup(self, index: int, command: str) -> None:
         line = f"bash {CONTROL}/setup-{index}.sh" if command.startswith("@") else command
@@ -673,16 +636,6 @@ def _warn_unbounded(error: OSError) -> None:
     )
 
 
-def _sandbox_uid() -> int | None:
-    """A fresh unprivileged host uid per sandbox when running as root, else None (own uid)."""
-    global _uid_counter
-    if os.geteuid() != 0:
-        return None
-    with _uid_lock:
-        _uid_counter += 1
-        return 200_000 + (os.getpid() % 4096) * 256 + _uid_counter % 256
-
-
 def _count_processes(uid: int, zombies: bool = False) -> int:
     """Processes whose effective uid is *uid* (the owner of ``/proc/PID``).
 
@@ -707,13 +660,6 @@ def _zombie(proc_dir: str) -> bool:
     with open(os.path.join(proc_dir, "stat"), "rb") as handle:
         stat = handle.read()
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"Z", b"X")
-
-
-def _chown_tree(path: Path, uid: int) -> None:
-    os.chown(path, uid, uid, follow_symlinks=False)
-    for dirpath, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def sweep_stale(temp_root: str | None = None, owner: int | None = None) -> int:

@@ -2,9 +2,18 @@
 
 Each trajectory gets fresh server state (:func:`~fidelity.sandboxes.mcp_servers.make_state`)
 and its own server processes, started at ``reset`` (start-up is not part of a
-step's time), reused by every step, and killed at ``close``. Servers run under
-``setpriv --pdeathsig KILL`` and carry a marker in their environment, so none
-outlives a killed auditor (and :func:`sweep` finds any that did).
+step's time), reused by every step, and killed at ``close``. Every server runs in
+bubblewrap (:mod:`~fidelity.sandboxes.mcp_jail`: its own uid, no network, its own PID
+namespace, a fixed environment, no host path but the system, its install and its
+state), with ``--die-with-parent`` and a marker in its environment, so none outlives
+a killed auditor (and :func:`sweep` finds any that did).
+
+A server a trajectory names by ``command`` comes with the dataset: it runs only when
+the operator trusts the dataset's commands (:attr:`McpConfig.trust_commands`, the CLI's
+``--trust-dataset-commands``); otherwise ``reset`` raises
+:class:`~fidelity.sandboxes.images.EnvironmentUnavailableError` (the trajectory is
+unverifiable) and nothing runs. What a server prints on stderr reaches an error message
+only through :func:`~fidelity.trust.redact`, as do its answers.
 
 Actions are :class:`~fidelity.model.ToolAction`: ``tool`` is the MCP tool name
 (``tools/list`` lists every server's tools), ``args`` its arguments. The
@@ -32,9 +41,12 @@ from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import Action, EnvSpec, McpServer, Observation, ToolAction
-from fidelity.sandboxes import mcp_servers
+from fidelity.sandboxes import containment, mcp_servers
 from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
+from fidelity.sandboxes.images import EnvironmentUnavailableError
+from fidelity.sandboxes.mcp_jail import McpJail
+from fidelity.trust import TRUST_FLAG, redact
 
 OWNER_ENV = "FIDELITY_MCP_OWNER"
 """Set in every server's environment: ``<auditor pid>``."""
@@ -55,16 +67,27 @@ class McpConfig(SandboxConfigBase):
     type: Literal["mcp"] = "mcp"
     start_timeout: float = Field(default=60.0, gt=0, description="seconds for start + initialize")
     pdeathsig: bool = Field(default=True, description="kill servers when the auditor dies")
+    trust_commands: bool = Field(
+        default=False,
+        description="run the MCP server commands a trajectory names; the CLI sets it from "
+        f"{TRUST_FLAG}",
+    )
+    read_only: list[str] = Field(
+        default_factory=list,
+        description="host folders a trusted command server may read, bound read-only at the "
+        "same path (the operator's; /usr, /etc and the bundled install always are)",
+    )
+    tmp_size_mb: int = Field(default=64, ge=1, description="size of each server's private /tmp")
+    max_processes: int = Field(
+        default=512, ge=16, description="RLIMIT_NPROC of a trajectory's servers (as root)"
+    )
 
 
 class _Server:
     """One running server: its session lives in a task of the sandbox's event loop."""
 
-    def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], cwd: str, stderr: Path
-    ) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], stderr: Path) -> None:
         self.name = name
-        self.cwd = cwd
         self.argv = argv
         self.env = env
         self.stderr = stderr
@@ -82,18 +105,18 @@ class _Server:
         from mcp.client.stdio import stdio_client
 
         assert self.ready is not None and self.stop is not None
-        params = StdioServerParameters(
-            command=self.argv[0], args=self.argv[1:], env=self.env, cwd=self.cwd
+        params = StdioServerParameters(  # the jail's command line; cwd: bwrap's --chdir
+            command=self.argv[0], args=self.argv[1:], env=self.env, cwd="/"
         )
         try:
-            with self.stderr.open("w") as errlog:
+            with open(self.stderr, "w", opener=_private) as errlog:
                 async with (
                     stdio_client(params, errlog=errlog) as (read, write),
                     ClientSession(read, write) as session,
                 ):
                     await session.initialize()
                     listed = await session.list_tools()
-                    self.tools = [_wire(tool) for tool in listed.tools]
+                    self.tools = _redacted([_wire(tool) for tool in listed.tools])
                     self.tool_names = {tool["name"] for tool in self.tools}
                     self.session = session
                     self.ready.set_result(None)
@@ -110,12 +133,38 @@ class _Server:
                 self.dead = "the server was stopped"
 
     def stderr_tail(self) -> str:
-        """The last lines the server wrote on stderr."""
+        """The last lines the server wrote on stderr, secrets of the auditor's redacted, on
+        one line (``|`` between them)."""
         try:
             text = self.stderr.read_text(errors="replace")
         except OSError:
             return ""
-        return text[-STDERR_TAIL:].strip()
+        lines = [line.strip() for line in redact(text)[-STDERR_TAIL:].splitlines()]
+        return " | ".join(line for line in lines if line)
+
+
+def _private(path: str, flags: int) -> int:
+    """Open a log file only root (the auditor) can read."""
+    return os.open(path, flags, 0o600)
+
+
+def _redacted(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*tools* with :func:`~fidelity.trust.redact` applied to every string (walked only
+    when the serialized list holds something to redact)."""
+    text = json.dumps(tools, ensure_ascii=False)
+    if redact(text) == text:
+        return tools
+    return [_redact_strings(tool) for tool in tools]
+
+
+def _redact_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redact_strings(item) for item in value]
+    if isinstance(value, dict):
+        return {redact(key): _redact_strings(item) for key, item in value.items()}
+    return value
 
 
 def _wire(model: Any) -> dict[str, Any]:
@@ -136,6 +185,8 @@ class McpSandbox(Sandbox):
         self._thread: threading.Thread | None = None
         self._servers: list[_Server] = []
         self._state: dict[str, str] | None = None
+        self._jail: McpJail | None = None
+        self._uid = containment.sandbox_uid()
         self._closed = False
         self._lock = threading.RLock()
 
@@ -145,18 +196,46 @@ class McpSandbox(Sandbox):
         """Fresh state and freshly started servers; the observation lists their tools."""
         with self._lock:
             self._stop_all()
+            servers = env.mcp_servers or DEFAULT_SERVERS
+            self._refuse_untrusted(servers)
             self._closed = False
             track(self)
             self._state = mcp_servers.make_state(Path(env.workdir) if env.workdir else None)
-            self._start_loop()
             try:
-                for name, spec in (env.mcp_servers or DEFAULT_SERVERS).items():
+                self._jail = self._new_jail(servers, Path(self._state["state"]))
+                self._start_loop()
+                for name, spec in servers.items():
                     self._servers.append(self._start(name, spec))
             except BaseException:
                 self._stop_all()
                 raise
             tools = [tool for server in self._servers for tool in server.tools]
             return Observation(text="", state={"tools": tools})
+
+    def _refuse_untrusted(self, servers: dict[str, McpServer]) -> None:
+        """A server the dataset names by its command runs only when the operator trusts it."""
+        if self.config.trust_commands:
+            return
+        for name, spec in servers.items():
+            if spec.command is not None:
+                raise EnvironmentUnavailableError(
+                    f"env.mcp_servers.{name}.command: a dataset's command is not run on this "
+                    f"host (pass {TRUST_FLAG} to run it contained)"
+                )
+
+    def _new_jail(self, servers: dict[str, McpServer], state: Path) -> McpJail:
+        """The jail of this trajectory's servers: the bundled install read-only if one runs."""
+        read_only = [Path(path) for path in self.config.read_only]
+        if any(spec.bundled is not None for spec in servers.values()):
+            read_only += mcp_servers.install_paths()
+        return McpJail(
+            state,
+            self._uid,
+            read_only,
+            tmp_size_mb=self.config.tmp_size_mb,
+            max_processes=self.config.max_processes,
+            die_with_parent=self.config.pdeathsig,
+        )
 
     def _start_loop(self) -> None:
         if self._loop is not None:
@@ -167,22 +246,16 @@ class McpSandbox(Sandbox):
         self._loop, self._thread = loop, thread
 
     def _start(self, name: str, spec: McpServer) -> _Server:
-        assert self._state is not None and self._loop is not None
+        assert self._state is not None and self._loop is not None and self._jail is not None
         launch_spec = mcp_servers.resolve(spec)
-        command = launch_spec.argv[0]
-        if shutil.which(command) is None and not Path(command).is_file():
-            raise SandboxError(f"mcp server {name!r}: command {command!r} not found")
-        argv = [mcp_servers.fill(arg, self._state) for arg in launch_spec.argv]
+        command = [mcp_servers.fill(arg, self._state) for arg in launch_spec.argv]
         cwd = mcp_servers.fill(launch_spec.cwd or "{state}", self._state)
-        if self.config.pdeathsig and shutil.which("setpriv"):
-            argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
-        from mcp.client.stdio import get_default_environment
-
-        env = {**get_default_environment(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        env.update({k: mcp_servers.fill(v, self._state) for k, v in launch_spec.env.items()})
-        env[OWNER_ENV] = str(os.getpid())
-        env[STATE_ENV] = self._state["state"]
-        server = _Server(name, argv, env, cwd, Path(self._state["state"]) / f"{name}.stderr")
+        markers = {OWNER_ENV: str(os.getpid()), STATE_ENV: self._state["state"]}
+        own = {k: mcp_servers.fill(v, self._state) for k, v in launch_spec.env.items()}
+        env = self._jail.server_environment(own, markers)
+        argv = self._jail.argv(command, env, cwd)
+        log = self._jail.log(len(self._servers))
+        server = _Server(name, argv, self._jail.launcher_environment(markers), log)
 
         async def launch() -> None:
             server.ready = asyncio.get_running_loop().create_future()
@@ -203,8 +276,8 @@ class McpSandbox(Sandbox):
             while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
                 cause = cause.exceptions[0]  # anyio's task group wraps the one real cause
             raise SandboxError(
-                f"mcp server {name!r} failed to start ({type(cause).__name__}: {cause}); "
-                f"stderr: {server.stderr_tail() or '(empty)'}"
+                f"mcp server {name!r} failed to start ({type(cause).__name__}: "
+                f"{redact(str(cause))}); stderr: {server.stderr_tail() or '(empty)'}"
             ) from exc
         return server
 
@@ -253,6 +326,7 @@ class McpSandbox(Sandbox):
             _kill_owned(os.getpid(), self._state["state"])
             shutil.rmtree(self._state["state"], ignore_errors=True)
             self._state = None
+        self._jail = None
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -284,7 +358,7 @@ class McpSandbox(Sandbox):
         wire = _wire(result)
         is_error = bool(wire.get("isError", False))
         return Observation(
-            text=json.dumps(wire, ensure_ascii=False),
+            text=redact(json.dumps(wire, ensure_ascii=False)),
             exit_code=1 if is_error else 0,
             state={"isError": is_error, "server": server.name},
         )
@@ -305,14 +379,14 @@ class McpSandbox(Sandbox):
             body: dict[str, Any] = {"code": error.code, "message": error.message}
             if error.data is not None:
                 body["data"] = error.data
-            text = "Error: Tool call failed: " + json.dumps(body, ensure_ascii=False)
+            text = "Error: Tool call failed: " + redact(json.dumps(body, ensure_ascii=False))
             return Observation(text=text, exit_code=1, state={"isError": True, "protocol": True})
         return self._died(server, exc)
 
     def _died(self, server: _Server, exc: Exception | None = None) -> Observation:
         cause = f"{type(exc).__name__}: {exc}" if exc is not None else server.dead
         return Observation(
-            error=f"McpServerDied: {server.name!r} ({cause}); "
+            error=f"McpServerDied: {server.name!r} ({redact(cause or '')}); "
             f"stderr: {server.stderr_tail() or '(empty)'}"
         )
 

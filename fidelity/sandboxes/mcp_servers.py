@@ -134,6 +134,17 @@ def resolve(server: McpServer) -> Launch:
     return Launch([*argv, *args], env, server.cwd or recipe.get("cwd"))
 
 
+def install_paths() -> list[Path]:
+    """The host folders the bundled servers read, outside ``/usr`` (the jail's read-only
+    binds): the install, and the Python and Node.js the install runs on where they live
+    elsewhere (a pyenv, a version manager)."""
+    paths = [install_dir(), Path(sys.base_prefix)]
+    node = shutil.which("node")
+    if node is not None:
+        paths.append(Path(os.path.realpath(node)).parent.parent)
+    return [path for path in paths if path.exists()]
+
+
 def make_state(workdir: Path | None) -> dict[str, str]:
     """A fresh state folder for one trajectory; returns the placeholder values.
 
@@ -147,8 +158,10 @@ def make_state(workdir: Path | None) -> dict[str, str]:
     state = Path(tempfile.mkdtemp())  # /tmp/tmpXXXXXXXX: the comparators' temp_path rule
     (state / OWNER_FILE).write_text(str(os.getpid()))
     try:
-        shutil.copytree(source, state / "root")
-        shutil.copytree(source, state / "repo")
+        # symlinks stay links (as in the terminal's workspace): a dataset's link to a host
+        # file must not be copied in by root, to be read by the servers
+        shutil.copytree(source, state / "root", symlinks=True)
+        shutil.copytree(source, state / "repo", symlinks=True)
         _seed_git(state / "repo")
         _seed_sqlite(state / "db.sqlite")
     except (OSError, subprocess.SubprocessError, sqlite3.Error) as exc:

@@ -46,6 +46,13 @@ def fake_env(mode: str) -> EnvSpec:
     return EnvSpec(backend="mcp", mcp_servers={"fake": fake})
 
 
+def trusted() -> Any:
+    """The operator trusts the dataset's commands and lets them read this Python and the fake."""
+    from fidelity.sandboxes.mcp import McpConfig
+
+    return McpConfig(trust_commands=True, read_only=[sys.prefix, str(FAKE.parent)])
+
+
 def call(tool: str, **args: object) -> ToolAction:
     return ToolAction(tool=tool, args=args)
 
@@ -55,6 +62,18 @@ def sandbox(servers: None) -> Iterator[Sandbox]:
     from fidelity.sandboxes.mcp import McpSandbox
 
     box = McpSandbox()
+    try:
+        yield box
+    finally:
+        box.close()
+
+
+@pytest.fixture
+def trusting(servers: None) -> Iterator[Sandbox]:
+    """A sandbox that runs the servers a trajectory names by command (contained)."""
+    from fidelity.sandboxes.mcp import McpSandbox
+
+    box = McpSandbox(trusted())
     try:
         yield box
     finally:
@@ -188,26 +207,28 @@ def test_git_commit_hashes_repeat_between_trajectories(sandbox: Sandbox) -> None
     assert sandbox.step(call("git_log", repo_path=".", max_count=1), timeout=60).text == first
 
 
-def test_a_users_own_server_from_its_command(sandbox: Sandbox) -> None:
-    first = sandbox.reset(fake_env("ok"))
+def test_a_users_own_server_from_its_command(trusting: Sandbox) -> None:
+    first = trusting.reset(fake_env("ok"))
     assert first.state is not None and first.state["tools"][0]["name"] == "echo"
-    assert text_of(sandbox.step(call("echo", message="hi"), timeout=60).text) == "hi"
+    assert text_of(trusting.step(call("echo", message="hi"), timeout=60).text) == "hi"
 
 
-def test_server_that_fails_to_start_is_a_sandbox_error_with_stderr(sandbox: Sandbox) -> None:
+def test_server_that_fails_to_start_is_a_sandbox_error_with_stderr(trusting: Sandbox) -> None:
     from fidelity.errors import SandboxError
 
     with pytest.raises(SandboxError, match="cannot open its database"):
-        sandbox.reset(fake_env("crash"))
+        trusting.reset(fake_env("crash"))
 
 
 @pytest.mark.parametrize("mode", ["die", "garbage", "hang"])
-def test_server_that_dies_garbles_or_hangs_is_an_infra_failure(sandbox: Sandbox, mode: str) -> None:
-    sandbox.reset(fake_env(mode))
-    observation = sandbox.step(call("echo", message="hi"), timeout=10)
+def test_server_that_dies_garbles_or_hangs_is_an_infra_failure(
+    trusting: Sandbox, mode: str
+) -> None:
+    trusting.reset(fake_env(mode))
+    observation = trusting.step(call("echo", message="hi"), timeout=10)
     assert observation.error is not None
     assert f"call echo in mode {mode}" in observation.error  # the stderr tail
-    later = sandbox.step(call("echo", message="again"), timeout=10)
+    later = trusting.step(call("echo", message="again"), timeout=10)
     assert later.error is not None  # the trajectory goes on, failing, without raising
 
 
