@@ -29,6 +29,7 @@ from fidelity.errors import (
     describe_os_error,
     exit_code_for,
     is_database_error,
+    missing_extra,
 )
 
 if TYPE_CHECKING:
@@ -42,8 +43,8 @@ class _Group(TyperGroup):
     """Maps fidelity's exceptions to one-line errors and exit codes.
 
     The codes come from one place, :func:`fidelity.errors.exit_code_for`; OS and
-    DuckDB errors that escape the library (disk full, an unwritable report) end in
-    one line too, never a traceback.
+    DuckDB errors that escape the library (disk full, an unwritable report) and a
+    missing optional dependency end in one line too, never a traceback.
     """
 
     def invoke(self, ctx: Any) -> Any:
@@ -56,9 +57,11 @@ class _Group(TyperGroup):
             err.print(f"[bold red]error:[/] {_escape(describe_os_error(exc))}")
             ctx.exit(exit_code_for(exc))
         except Exception as exc:
-            if not is_database_error(exc):
+            missing = missing_extra(exc)  # an optional dependency: which extra installs it
+            if missing is None and not is_database_error(exc):
                 raise
-            err.print(f"[bold red]error:[/] database: {_escape(_first_line(exc))}")
+            line = missing or f"database: {_first_line(exc)}"
+            err.print(f"[bold red]error:[/] {_escape(line)}")
             ctx.exit(exit_code_for(exc))
         except KeyboardInterrupt as exc:
             stored = getattr(exc, "summary", None)

@@ -7,7 +7,8 @@ codes in one place (:func:`exit_code_for`):
 ====  ==========================================================================
 0     success, or the gate passed (pass or warn)
 1     the gate (or ``drift``) failed; an unexpected error (a bug)
-2     usage or input error: bad option, bad or untrusted file, not a DuckDB file
+2     usage or input error: bad option, bad or untrusted file, not a DuckDB file, an
+      optional dependency the command needs is not installed (:func:`missing_extra`)
 3     infrastructure or store error: database locked or unwritable, disk full,
       a file that cannot be written
 130   interrupted (Ctrl-C, SIGTERM)
@@ -139,7 +140,8 @@ def exit_code_for(error: BaseException) -> int:
 
     fidelity's own errors carry their code; an ``OSError`` is 3 when the machine ran
     out of space or descriptors, else 2 (a path the user named cannot be used); a
-    DuckDB error that escaped the store is 3; anything else is a bug: 1.
+    missing optional dependency is 2 (the user installs its extra); a DuckDB error
+    that escaped the store is 3; anything else is a bug: 1.
     """
     if isinstance(error, FidelityError):
         return error.exit_code
@@ -147,9 +149,42 @@ def exit_code_for(error: BaseException) -> int:
         return EXIT_INTERRUPTED
     if isinstance(error, OSError):
         return EXIT_INFRASTRUCTURE if error.errno in _INFRASTRUCTURE_ERRNOS else EXIT_USAGE
+    if missing_extra(error) is not None:
+        return EXIT_USAGE
     if is_database_error(error):
         return EXIT_INFRASTRUCTURE
     return EXIT_GATE_FAIL
+
+
+OPTIONAL_MODULES: dict[str, str] = {
+    "swebench": "swebench",
+    "pyarrow": "rl",
+    "ray": "ray",
+    "playwright": "web",
+    "datasette": "web",
+    "django": "web",
+    "sqlite_web": "web",
+    "mcp": "mcp",
+    "tantivy": "search",
+    "pyautogui": "desktop",
+    "Xlib": "desktop",
+}
+"""Top-level module of each optional dependency, and the extra of ``pyproject.toml`` that
+installs it. Code imports them where it needs them and lets a missing one raise
+``ModuleNotFoundError``: the CLI turns that into one line (:func:`missing_extra`)."""
+
+
+def missing_extra(error: BaseException) -> str | None:
+    """The one line for a ``ModuleNotFoundError`` of an optional dependency: which module is
+    missing and the extra that installs it (None for any other error: a missing module
+    fidelity requires, or a bug, keeps its traceback)."""
+    if not isinstance(error, ModuleNotFoundError) or not error.name:
+        return None
+    module = error.name.partition(".")[0]
+    extra = OPTIONAL_MODULES.get(module)
+    if extra is None:
+        return None
+    return f"the optional dependency {module!r} is not installed: pip install 'fidelity[{extra}]'"
 
 
 def is_database_error(error: BaseException) -> bool:

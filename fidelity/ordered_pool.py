@@ -12,10 +12,18 @@ What :func:`ordered_map` guarantees, so a caller sees what one process would giv
 - a worker that dies (killed, out of memory) is an :class:`~fidelity.errors.InfrastructureError`
   naming what to do, never a hang or a lost result.
 
-The first item is worked on here, and the workers are forked after it: they
-inherit the code and data its work loaded (modules, compiled patterns), so they
-start in milliseconds, ready. They ignore Ctrl-C: the caller's process handles
-it, and the workers end with the map (finished, failed or abandoned).
+The first item is worked on here, and the workers are forked after it (only when
+there is a second item): they inherit the code and data its work loaded (modules,
+compiled patterns), so they start in milliseconds, ready. They ignore Ctrl-C: the
+caller's process handles it, and the workers end with the map (finished, failed or
+abandoned), however soon after their fork it ends:
+
+- SIGINT and SIGTERM are blocked across the fork and unblocked by the worker once it
+  has set its own dispositions, so a signal never reaches a handler it inherited (the
+  CLI's SIGTERM handler raises KeyboardInterrupt; raised inside the fork's own
+  after-fork hooks, Python reports it as ignored and the worker lived on);
+- a worker closes its inherited copies of the caller's ends of the pipes, so the
+  caller closing its end is the end of input to the worker, signal or not.
 """
 
 from __future__ import annotations
@@ -69,6 +77,11 @@ def ordered_map(
         break
     else:
         return
+    for second in source:  # (an error reading it comes after the first result, as it should)
+        source = itertools.chain([second], source)
+        break
+    else:
+        return  # one item: no worker to fork
     workers = _Workers(work, processes)
     try:
         yield from workers.map(source, window or 4 * processes)
@@ -95,13 +108,30 @@ class _Workers:
         context = multiprocessing.get_context("fork")
         self.processes: list[BaseProcess] = []
         self.connections: list[Connection] = []
-        for _ in range(processes):
-            mine, theirs = context.Pipe()
-            process = context.Process(target=_serve, args=(work, theirs), daemon=True)
+        try:
+            for _ in range(processes):
+                self._start(context)
+        except BaseException:  # Ctrl-C while forking: the workers forked so far end too
+            self.close()
+            raise
+
+    def _start(self, context: Any) -> None:
+        """Fork one worker with :data:`_WORKER_SIGNALS` blocked (it unblocks them itself)."""
+        mine, theirs = context.Pipe()
+        inherited = [*self.connections, mine]  # the caller's ends the fork copies
+        process = context.Process(target=_serve, args=(self.work, theirs, inherited), daemon=True)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
+        try:
             process.start()
-            theirs.close()
+        except BaseException:
+            mine.close()
+            raise
+        else:  # before the signals come: close() must find it
             self.processes.append(process)
             self.connections.append(mine)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            theirs.close()
 
     def map(self, source: Iterator[Any], window: int) -> Iterator[tuple[Any, Any]]:
         pending: deque[tuple[Any, Connection]] = deque()
@@ -156,12 +186,24 @@ def _died() -> InfrastructureError:
     )
 
 
-def _serve(work: Callable[[Any], Any], connection: Connection) -> None:
+_WORKER_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Blocked from before a worker's fork until it has set its own dispositions of them."""
+
+
+def _serve(work: Callable[[Any], Any], connection: Connection, inherited: list[Connection]) -> None:
     """A worker: ``(True, result)`` for each item received, or ``(False, None)`` when the work
     raised or its result does not pickle; the caller then redoes that item itself, to raise
-    the exception with its own traceback (an exception need not pickle)."""
+    the exception with its own traceback (an exception need not pickle).
+
+    It starts with :data:`_WORKER_SIGNALS` blocked (see :class:`_Workers`): a SIGTERM that
+    came since the fork is delivered at the unblock, to the default action, and ends it.
+    *inherited* are the caller's ends of the pipes, copied by the fork: closed here, so
+    the caller closing its end is an end of file here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handler: end, quietly
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _WORKER_SIGNALS)
+    for end in inherited:
+        end.close()
     while True:
         try:
             item = connection.recv()

@@ -92,3 +92,72 @@ def test_leaving_early_ends_the_workers() -> None:
     assert next(stream)[0] == 1
     stream.close()
     assert multiprocessing.active_children() == []
+
+
+HANG = 120
+"""Seconds after which a worker (or a whole map) counts as hung; nothing here takes one."""
+
+SIGNALLED_WHILE_FORKING = """
+import os, signal, sys, time
+from fidelity.cli import _sigterm
+from fidelity.ordered_pool import ordered_map
+
+signal.signal(signal.SIGTERM, _sigterm)  # as the CLI runs: its handler is inherited
+forks = 0
+
+def count() -> None:
+    global forks
+    forks += 1
+
+def second_worker_waits_for_its_sigterm() -> None:
+    # inside the fork's own after-fork hooks: the caller terminates this idle worker
+    # now, before it reached its own code
+    if forks == 2:
+        while signal.SIGTERM not in signal.sigpending():
+            time.sleep(0.01)
+
+os.register_at_fork(before=count, after_in_child=second_worker_waits_for_its_sigterm)
+print([value for _, value in ordered_map(abs, [0, -1], processes=2)])
+"""
+
+
+def test_a_worker_signalled_while_it_forks_still_ends() -> None:
+    """A SIGTERM that reaches a worker before its own code runs ends it: the inherited
+    handler never runs (its KeyboardInterrupt, raised in an after-fork hook, was reported
+    as ignored and the worker lived on, waiting for input, and the map for it)."""
+    import sys
+
+    from tests.hang import run_or_hang
+
+    done = run_or_hang([sys.executable, "-c", SIGNALLED_WHILE_FORKING], HANG)
+    assert done is not None, "the map hung: a worker lived on past its SIGTERM"
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[0, 1]\n"
+    assert done.stderr == ""  # no "Exception ignored ... KeyboardInterrupt"
+
+
+def test_a_worker_ends_when_the_caller_closes_its_pipe() -> None:
+    """No signal needed: a worker holds no copy of the caller's end of any pipe, so the
+    caller closing it is the end of the worker's input (the workers forked later too)."""
+    from fidelity.ordered_pool import _Workers
+
+    workers = _Workers(square_elsewhere, 3)
+    try:
+        for connection in workers.connections:
+            connection.close()
+        for process in workers.processes:
+            process.join(HANG)
+            assert process.exitcode == 0, "a worker still waits for the input its caller closed"
+    finally:
+        workers.close()  # (ends them, should they still wait)
+
+
+def test_one_item_forks_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is left for workers after the first item, which is done here."""
+    from fidelity import ordered_pool
+
+    def no_workers(*args: object) -> None:
+        raise AssertionError("workers forked for nothing")
+
+    monkeypatch.setattr(ordered_pool, "_Workers", no_workers)
+    assert list(ordered_map(square_elsewhere, [3], processes=4)) == [(3, (9, False))]

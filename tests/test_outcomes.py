@@ -29,8 +29,11 @@ from fidelity.model import (
 )
 from fidelity.report.html import render_report
 from fidelity.store import Store
+from tests.conftest import unavailable
 
-AGENT_DATA = Path("/work/shared/agent-trajectories")
+AGENT_DATA = Path(__file__).resolve().parents[2] / "shared" / "agent-trajectories"
+"""``../shared/agent-trajectories`` beside the checkout (public agent runs; not in the repo)."""
+FORMATS_DATA = Path(__file__).resolve().parent / "formats" / "data"
 
 # id: (whether the steps make done.txt, claimed success, the check, the real status)
 LABELLED: dict[str, tuple[bool, bool, str, str]] = {
@@ -237,16 +240,60 @@ def test_kappa_and_rates_from_rows() -> None:
     assert cohen_kappa(OutcomeTable(agree_success=3)) is None
 
 
-@pytest.mark.skipif(not AGENT_DATA.is_dir(), reason="the shared agent trajectories are not here")
-def test_importers_read_the_claimed_outcome() -> None:
+def test_a_run_claims_success_only_for_a_submitted_patch() -> None:
+    claimed = [
+        claimed_outcome(info)
+        for info in (
+            {"exit_status": "submitted", "submission": "diff --git a/x b/x\n"},
+            {"exit_status": "Submitted", "submission": "diff"},
+            {"exit_status": "submitted", "submission": "  \n"},  # nothing submitted
+            {"exit_status": "submitted"},
+            {"exit_status": "exit_cost", "submission": "diff"},
+            {"exit_status": "", "submission": "diff"},
+            {},
+        )
+    ]
+    success, failure = (
+        Outcome(success=True, claimed_by="dataset"),
+        Outcome(success=False, claimed_by="dataset"),
+    )
+    assert claimed == [success, success, failure, failure, failure, None, None]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "run"),
+    [
+        ("swe-agent", "swe_agent/astropy__astropy-12907.traj"),
+        ("mini-swe-agent", "mini_swe_agent/astropy__astropy-14182.traj.json"),
+    ],
+)
+def test_importers_read_the_claimed_outcome(fmt: str, run: str, tmp_path: Path) -> None:
+    """The runs recorded in the tests' data, as they are and with their ``info`` changed."""
     from fidelity.formats.mini_swe_agent import read_mini_swe_agent
     from fidelity.formats.swe_agent import read_swe_agent
 
+    read = read_swe_agent if fmt == "swe-agent" else read_mini_swe_agent
+    source = FORMATS_DATA / run
+    assert read(source).outcome == Outcome(success=True, claimed_by="dataset")  # a patch
+    data = json.loads(source.read_text(encoding="utf-8"))
+    for info, outcome in (
+        ({**data["info"], "submission": ""}, Outcome(success=False, claimed_by="dataset")),
+        ({"exit_status": "exit_context"}, Outcome(success=False, claimed_by="dataset")),
+        ({}, None),
+    ):
+        changed = tmp_path / source.name
+        changed.write_text(json.dumps({**data, "info": info}), encoding="utf-8")
+        assert read(changed).outcome == outcome, info
+
+
+def test_importers_read_the_claimed_outcome_of_public_runs() -> None:
+    """Public agent runs (``../shared/agent-trajectories`` beside the checkout)."""
+    from fidelity.formats.mini_swe_agent import read_mini_swe_agent
+    from fidelity.formats.swe_agent import read_swe_agent
+
+    if not AGENT_DATA.is_dir():
+        unavailable(f"{AGENT_DATA} is not beside this checkout")
     mini = read_mini_swe_agent(AGENT_DATA / "mini-swe-agent" / "pylint-dev__pylint-7080.traj.json")
     assert mini.outcome == Outcome(success=False, claimed_by="dataset")  # empty submission
     ctf = next((AGENT_DATA / "swe-agent-ctf").rglob("*.traj"))
     assert read_swe_agent(ctf).outcome == Outcome(success=True, claimed_by="dataset")
-    assert claimed_outcome({}) is None
-    assert claimed_outcome({"exit_status": "exit_cost", "submission": "diff"}) == Outcome(
-        success=False, claimed_by="dataset"
-    )

@@ -133,6 +133,7 @@ def test_docker_terminal_shows_nothing_of_the_auditor(docker: None, planted: Pla
     finally:
         box.close()
     assert "FIDELITY_SIM_API_KEY" not in seen and planted.value not in seen, seen
+    escapes_ran(seen)
 
 
 @pytest.mark.docker
@@ -147,6 +148,19 @@ def test_docker_swe_shows_nothing_of_the_auditor(docker: None, planted: Planted)
     finally:
         box.close()
     assert "FIDELITY_SIM_API_KEY" not in seen and planted.value not in seen, seen
+    escapes_ran(seen)
+
+
+def escapes_ran(seen: str) -> None:
+    """The control, as the bubblewrap test's ``PATH=``: the escapes ran in the container's
+    shell and read what was there to read (a sandbox failing every step finds no secret
+    either). Its environment is the container's: no auditor's variable, a PATH."""
+    for command in (
+        "env; set",
+        "cat /proc/self/environ /proc/self/../1/environ /proc/$PPID/environ",
+    ):
+        shown = run_text(seen, command)
+        assert "PATH=" in shown and "HOME=" in shown, shown
 
 
 # -- the browser -----------------------------------------------------------------

@@ -40,7 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fidelity.errors import InputFormatError, MalformedPredictionError, NotFoundError
-from fidelity.formats.jsonl import json_line, read_trajectories, split_lines
+from fidelity.formats.jsonl import json_line, nested_json, read_trajectories, split_lines
 from fidelity.model import (
     Action,
     AndroidAction,
@@ -159,7 +159,7 @@ def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = nested_json(line, str(path), number)
         except json.JSONDecodeError as exc:
             raise InputFormatError(str(path), number, None, f"invalid JSON ({exc.msg})") from exc
         if not isinstance(record, dict):
@@ -229,10 +229,10 @@ def to_action(domain: str, action_text: str | None, prompt: str) -> Action:
     """
     text = action_text if action_text is not None else prompt
     try:
-        data = json.loads(text) if action_text is not None else None
+        data = nested_json(text, "", None) if action_text is not None else None
         action = _structured(domain, data)
-    except (json.JSONDecodeError, ValidationError, TypeError, ValueError):
-        action = None
+    except (json.JSONDecodeError, ValidationError, TypeError, ValueError):  # too deep included
+        action = None  # not a structured action: the text is the action
     return action if action is not None else TextAction(text=text if text.strip() else " ")
 
 

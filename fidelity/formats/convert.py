@@ -133,6 +133,8 @@ def sniff_format(path: Path) -> str | None:
     except json.JSONDecodeError:
         first = text.lstrip().split("\n", 1)[0]
         return "fidelity JSONL" if '"steps"' in first and '"domain"' in first else None
+    except RecursionError:  # nested too deep to tell: the reader names the file and why
+        return None
     if isinstance(data, list):
         events = [e for e in data[:50] if isinstance(e, dict)]
         if any("observation" in e or "action" in e for e in events):

@@ -7,9 +7,10 @@ written. Writing is atomic (temp file, then rename).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, get_args
@@ -84,19 +85,41 @@ MAX_DEPTH = 200
 
 def json_object(line: str, path: str, number: int) -> dict[str, Any]:
     """One JSONL line (its line end aside) as a JSON object; errors name ``path:number``:
-    invalid JSON with the column, nesting too deep for Python's parser, not an object."""
+    invalid JSON with the column, nesting deeper than :data:`MAX_DEPTH`, not an object."""
     try:
-        data = json.loads(line.rstrip("\r\n"))
+        data = nested_json(line.rstrip("\r\n"), path, number)
     except json.JSONDecodeError as exc:
         raise InputFormatError(
             path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
         ) from exc
-    except RecursionError:
-        raise InputFormatError(path, number, None, _TOO_DEEP) from None
     if not isinstance(data, dict):
         raise InputFormatError(
             path, number, None, f"expected a JSON object, got {type(data).__name__}"
         )
+    return data
+
+
+def nested_json(text: str, path: str, line: int | None, field: str | None = None) -> Any:
+    """``json.loads(text)`` for a reader of another format, with nesting deeper than
+    :data:`MAX_DEPTH` refused as :class:`InputFormatError` naming *path*, *line* and *field*
+    (whatever the depth: Python's parser raises RecursionError past about 1,000 levels, and
+    the code after it would past fewer). ``json.JSONDecodeError`` is the caller's to name."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise InputFormatError(path, line, field, _TOO_DEEP) from None
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Iterable[Any] = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise InputFormatError(path, line, field, _TOO_DEEP)
+        stack.extend((child, depth + 1) for child in children)
     return data
 
 
@@ -272,12 +295,29 @@ def _confined(
     return resolved
 
 
+def staged_file(target: Path, suffix: str = "") -> tuple[int, Path]:
+    """A new, empty file beside *target* (hidden: ``.NAME.<random><suffix>``), open for
+    writing, to be renamed over *target* once written whole.
+
+    Its mode is what the umask leaves of 0666, as for any file the user creates (and the
+    gate's other outputs): ``tempfile.mkstemp`` creates 0600, which the rename would keep.
+    """
+    for _ in range(100):
+        candidate = target.parent / f".{target.name}.{secrets.token_hex(6)}{suffix}"
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        return fd, candidate
+    raise FileExistsError(errno.EEXIST, "no unused temporary name beside it", str(target))
+
+
 def write_trajectories(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> int:
-    """Write *trajectories* as JSONL atomically; returns how many were written."""
+    """Write *trajectories* as JSONL atomically (mode as the umask says); returns how many."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = staged_file(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for trajectory in trajectories:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fidelity.errors import InputFormatError, NotFoundError
+from fidelity.formats.jsonl import nested_json
 from fidelity.formats.swe_agent import claimed_outcome, plain_fields
 from fidelity.model import CommandAction, Domain, Observation, Step, Trajectory
 
@@ -40,7 +41,7 @@ def read_mini_swe_agent(path: str | os.PathLike[str]) -> Trajectory:
     """The real trajectory recorded in a mini-swe-agent ``.traj.json`` file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = nested_json(path.read_text(encoding="utf-8"), str(path), None)
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: no such file") from exc
     except json.JSONDecodeError as exc:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -52,7 +51,7 @@ from typing import Any, Final, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fidelity.errors import UsageError
-from fidelity.formats.jsonl import json_line
+from fidelity.formats.jsonl import json_line, staged_file
 from fidelity.model import Outcome, Step, Trajectory
 from fidelity.worldmodels.prompting import TASK_META
 
@@ -430,11 +429,8 @@ class RLWriter:
         self.options = options
         self.rows = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent
-        )
+        fd, self.temp = staged_file(self.path, ".part")  # mode as the umask says
         os.close(fd)
-        self.temp = Path(temp)
         self._open = True
         try:
             self.sink: _Sink = (
@@ -509,17 +505,15 @@ def join_parts(fmt: RLFormat, parts: Sequence[Path], target: Path) -> int:
     and renamed into place like a writer's file.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    fd, temp = staged_file(target, ".part")
     os.close(fd)
     try:
         rows = (
-            _join_parquet(fmt, parts, Path(temp))
-            if fmt in PARQUET_FORMATS
-            else _join_jsonl(parts, Path(temp))
+            _join_parquet(fmt, parts, temp) if fmt in PARQUET_FORMATS else _join_jsonl(parts, temp)
         )
         os.replace(temp, target)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
     return rows
 

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.formats.dataset import shard_lines, shards
-from fidelity.formats.jsonl import field_path, json_object
+from fidelity.formats.jsonl import field_path, json_object, nested_json
 from fidelity.formats.rl_export import FORMATS, PARQUET_FORMATS, RLFormat, arrow
 from fidelity.model import (
     Action,
@@ -263,7 +263,7 @@ def _env(row: _Row, text: Any) -> EnvSpec:
     if not isinstance(text, str):
         raise row.error(field, f"expected a JSON string, got {type(text).__name__}")
     try:
-        return EnvSpec.model_validate(json.loads(text))
+        return EnvSpec.model_validate(nested_json(text, row.path, row.number, field))
     except json.JSONDecodeError as exc:
         raise row.error(field, f"invalid JSON ({exc.msg} at column {exc.colno})") from exc
     except ValidationError as exc:
@@ -286,11 +286,9 @@ def _turn_step(row: _Row, field: str, turn: Any) -> Step:
         return Step(action=action)
     state = turn.get("state")
     try:
-        observation = Observation(
-            text=seen,
-            exit_code=turn.get("exit_code"),
-            state=None if state is None else json.loads(state),
-        )
+        if state is not None:
+            state = nested_json(state, row.path, row.number, f"{field}.state")
+        observation = Observation(text=seen, exit_code=turn.get("exit_code"), state=state)
     except json.JSONDecodeError as exc:
         raise row.error(f"{field}.state", f"invalid JSON ({exc.msg})") from exc
     except ValidationError as exc:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fidelity.errors import InputFormatError, NotFoundError
+from fidelity.formats.jsonl import nested_json
 from fidelity.model import CommandAction, Domain, Observation, Outcome, Step, Trajectory
 
 _MAX_META = 2000
@@ -29,7 +30,7 @@ def read_swe_agent(path: str | os.PathLike[str]) -> Trajectory:
     """The real trajectory recorded in a SWE-agent ``.traj`` file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = nested_json(path.read_text(encoding="utf-8"), str(path), None)
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: no such file") from exc
     except json.JSONDecodeError as exc:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+from importlib import resources
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -111,10 +114,31 @@ def test_web_applies_its_calibration_and_falls_back_to_the_threshold() -> None:
     assert WebComparator(config=config).calibration is None
 
 
-def test_missing_calibration_file_keeps_fixed_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fidelity.compare.calibration.apply.load_calibration", lambda domain: None)
-    assert WebComparator().calibration is None and SweComparator().calibration is None
-    assert SweComparator().terminal.calibration is not None  # today's: terminal-calibrated text
+def test_missing_calibration_file_keeps_fixed_rules(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The package's calibration folder without ``web.json`` and ``swe.json`` (only
+    ``terminal.json``): the real loader finds no file, and those domains decide by their
+    fixed rules, the swe comparator's text part by the terminal calibration."""
+    import fidelity.compare.calibration as shipped
+
+    sim = PAGE.replace("'Next'", "'Next page'")
+    calibrated = WebComparator().compare(_web(PAGE), _web(sim), WEB_CONTEXT)
+    assert "drift_p" in calibrated.metrics  # the shipped web.json decides
+    folder = resources.files(shipped.__name__)
+    (tmp_path / "terminal.json").write_text(folder.joinpath("terminal.json").read_text())
+    monkeypatch.setattr(shipped, "resources", SimpleNamespace(files=lambda package: tmp_path))
+    shipped.load_calibration.cache_clear()
+    try:
+        web, swe = WebComparator(), SweComparator()
+        fixed = web.compare(_web(PAGE), _web(sim), WEB_CONTEXT)
+    finally:
+        shipped.load_calibration.cache_clear()  # the shipped files again for later tests
+    assert web.calibration is None and swe.calibration is None
+    assert swe.terminal.calibration is not None and swe.terminal.calibration.domain == "terminal"
+    assert fixed.drift and "drift_p" not in fixed.metrics  # the fixed threshold's verdict
+    assert not any(reason.startswith("drift probability") for reason in fixed.reasons)
+    assert fixed.score == calibrated.score  # the same comparison, another decision
 
 
 def test_web_verdict_follows_the_calibration_not_the_fixed_rules() -> None:

@@ -126,6 +126,19 @@ def _suite(images: dict[str, str]) -> list[Trajectory]:
     ]
 
 
+ONLY_THERE = {
+    "own-testbed": [
+        ["/testbed"],
+        ["def", "add(a,", "b):", "return", "a", "-", "b"],
+        ["testbed"],
+        ["calc.py", "mode.txt"],
+    ],
+    "own-plain": [["-rw-r--r--"], ["6", "readme"], ["plain"], ["0"]],
+}
+"""What each step of :func:`_suite` shows in its own image only (its workdir, files, ENV, user):
+two replays in any other world would agree as well."""
+
+
 def test_two_real_replays_on_two_images_agree(images: dict[str, str], no_leftovers: None) -> None:
     config = DockerConfig(step_timeout=20)
     comparator = get_comparator("terminal")
@@ -133,6 +146,9 @@ def test_two_real_replays_on_two_images_agree(images: dict[str, str], no_leftove
     for trajectory in _suite(images):
         first, second = replay(trajectory, config), replay(trajectory, config)
         assert first.error is None and second.error is None
+        for replayed in (first, second):  # each in the image the trajectory names
+            seen = [step.observation.text.split() for step in replayed.steps]
+            assert seen == ONLY_THERE[trajectory.id], seen
         for depth, (a, b) in enumerate(zip(first.steps, second.steps, strict=True), 1):
             assert a.observation.error is None, a.observation
             context = CompareContext(action=trajectory.steps[depth - 1].action, depth=depth)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,12 +47,33 @@ def test_ctrl_c_interrupts_a_running_program(tmux_box: DockerSandbox) -> None:
     assert screen.rstrip().endswith("^C\nagent@sandbox:/workspace$")
 
 
-def test_settles_on_unchanged_output_not_a_fixed_sleep(tmux_box: DockerSandbox) -> None:
-    keys(tmux_box, "for i in 1 2 3 4; do echo tick-$i; sleep 0.15; done; echo finished")
-    started = time.monotonic()
-    screen = keys(tmux_box, "Enter")
-    assert "tick-4\nfinished\n" in screen  # waited for the output to stop changing
-    assert time.monotonic() - started < 3
+def test_settles_on_unchanged_output_not_a_fixed_sleep(
+    tmux_box: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step reads the pane until it stops changing: the program finishes only once the
+    step's first capture is taken (it waits for a file that capture creates), so a step
+    that returned its first screen, or one after a fixed sleep, would miss its end."""
+    captures: list[str] = []
+    capture = tmux_box._capture
+
+    def recorded() -> str:
+        screen = capture()
+        if not captures:  # the first capture: now let the program finish
+            tmux_box._run_command("touch /tmp/go", 10.0, internal=True)
+        captures.append(screen)
+        return screen
+
+    # (the outputs are not in the command line: the pane shows it too)
+    keys(
+        tmux_box,
+        "echo start-$((1+1)); until [ -e /tmp/go ]; do sleep 0.01; done; echo end-$((2+2))",
+    )
+    monkeypatch.setattr(tmux_box, "_capture", recorded)
+    settled = tmux_box.step(KeystrokesAction(keys="Enter"))
+    assert "\nstart-2\nend-4\n" in settled.text and not settled.timed_out
+    assert "end-4" not in captures[0]  # taken while the program ran: it waited for more
+    reads = tmux_box.config.settle_reads
+    assert captures[-reads:] == [settled.text] * reads  # ended on unchanged captures
 
 
 def test_commands_still_run_beside_the_pane(tmux_box: DockerSandbox) -> None:
