@@ -42,6 +42,13 @@ minutes), so it is the way to tell whether a change to the comparator saves work
 it on both versions (``--root`` names the other checkout, e.g. a ``git archive`` copy
 with the compiled extensions). Slow: each run executes about 50 times slower.
 
+``--beside ROOT`` instead times ``fidelity diff --format jsonl --jobs 1`` of this checkout
+and of the checkout at ROOT (``git worktree add /tmp/prev HEAD``, its compiled extensions
+copied in) on the same files of ``--trajectories`` × ``--depth`` steps, ``--repeats`` runs
+of each alternated (the least wall and CPU time of each standing, every run shown), next to
+the difflib loop on the same files, and checks that both versions print the same drift
+verdicts (``--trajectories 1000``: the 10,000-step terminal set of issue 42's speed target).
+
 ``--parts`` instead prints where the time of one diff goes: the CPU of
 ``fidelity diff`` on one trajectory (start-up: imports, option parsing), then,
 in this process on the first size, microseconds per step of reading and pairing
@@ -306,6 +313,11 @@ def main() -> None:
         help="with --instructions: the checkout whose fidelity runs (default: this one)",
     )
     parser.add_argument(
+        "--beside",
+        type=Path,
+        help="instead: -j 1 of this checkout and of this other one, alternated (see docstring)",
+    )
+    parser.add_argument(
         "--agent",
         choices=("terminal", "swe"),
         help="instead: once, on the public agent runs in ../shared (second runs, corruptions)",
@@ -318,6 +330,9 @@ def main() -> None:
         instructions(args.root, args.trajectories, args.depth, args.seed)
         return
     warm_bytecode(args.depth, args.seed)
+    if args.beside:
+        beside(args.beside, args.trajectories, args.depth, args.seed, args.repeats)
+        return
     if args.parts:
         parts(args.trajectories, args.depth, args.seed)
         return
@@ -369,6 +384,60 @@ def run_large(
             print(f"  ({way}: least of {repeats} runs; each run: {each} steps/s)")
     best = steps / min(u.wall for u in runs["fidelity"])
     print(f"  ratio fidelity/naive (the naive way's marginal rate): {best / naive_rate:.2f}x")
+
+
+def beside(other: Path, trajectories: int, depth: int, seed: int, repeats: int) -> None:
+    """``fidelity diff -f jsonl --jobs 1`` of this checkout and of *other*, alternated on the
+    same files, *repeats* runs each, beside the difflib loop; the verdicts must agree."""
+    here = Path(__file__).resolve().parent.parent
+    versions = {"this checkout": here, f"{other}": other.resolve()}
+    with tempfile.TemporaryDirectory() as folder:
+        real, sim, size = write_files(Path(folder), trajectories, depth, seed)
+        steps = trajectories * depth
+        cli = ["-m", "fidelity", "diff", str(real), str(sim), "-f", "jsonl", "--jobs", "1"]
+        verdicts = {}
+        for name, root in versions.items():  # warm each version's bytecode, keep its verdicts
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            done = subprocess.run(
+                [sys.executable, *cli],
+                cwd=root,
+                env={**env, "PYTHONPATH": str(root)},
+                stdout=subprocess.PIPE,
+                check=True,
+            )
+            verdicts[name] = [json.loads(line)["drift"] for line in done.stdout.splitlines()]
+        runs: dict[str, list[Usage]] = {name: [] for name in versions}
+        for _ in range(repeats):
+            for name, root in versions.items():
+                usage = run_measured([*_in(root), sys.executable, *cli], stdout=subprocess.DEVNULL)
+                if usage.returncode != 0:
+                    raise SystemExit(f"fidelity diff of {root} failed ({usage.returncode})")
+                runs[name].append(usage)
+        naive_usage = measured([sys.executable, __file__, "--naive", str(real), str(sim)])
+    print(f"{steps:,} steps, ~{size:,} B per observation, fidelity diff -f jsonl --jobs 1")
+    least = {}
+    for name, usages in runs.items():
+        wall, cpu = min(u.wall for u in usages), min(u.cpu for u in usages)
+        least[name] = wall
+        each = ", ".join(f"{steps / u.wall:,.0f}" for u in usages)
+        print(
+            f"  {name}: {steps / wall:7,.0f} steps/s wall, {steps / cpu:7,.0f} per core "
+            f"(least of {repeats}; each run: {each})"
+        )
+    mine, theirs = least["this checkout"], least[str(other)]
+    print(f"  this checkout / {other}: {theirs / mine:.3f}x the steps per second")
+    print(
+        f"  difflib loop, same files: {steps / naive_usage.wall:7,.0f} steps/s wall, "
+        f"{steps / naive_usage.cpu:7,.0f} per core"
+    )
+    same = sum(a == b for a, b in zip(*verdicts.values(), strict=True))
+    print(f"  the same drift verdict on {same:,} of {steps:,} steps")
+
+
+def _in(root: Path) -> list[str]:
+    """A command prefix that runs the rest in *root* with its package first on the path
+    (``python -m`` puts the working folder first: the folder must be the checkout)."""
+    return ["env", f"PYTHONPATH={root}", "sh", "-c", 'cd "$0" && exec "$@"', str(root)]
 
 
 def callgrind_instructions(root: Path, real: Path, sim: Path) -> int:

@@ -25,7 +25,10 @@ T = TypeVar("T")
 
 
 class DiffRow(BaseModel):
-    """One compared step. The first seven fields are a public contract (DESIGN)."""
+    """One compared step. The first seven fields are a public contract (DESIGN).
+
+    ``hallucinations`` and ``omissions`` list every item in rank order (a step's verdict
+    and the reasons name the first ten, the rubric's cap), their counts beside them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -36,6 +39,8 @@ class DiffRow(BaseModel):
     drift: bool
     hallucinations: list[str]
     omissions: list[str]
+    hallucination_count: int = 0
+    omission_count: int = 0
     stale: list[str]
     exit_match: bool | None
     infra_failure: bool
@@ -627,8 +632,10 @@ def diff_trajectories(
             domain=real.domain.value,
             score=round(c.score, 6),
             drift=c.drift,
-            hallucinations=c.hallucinations,
-            omissions=c.omissions,
+            hallucinations=(every_h := c.every_hallucination),
+            omissions=(every_o := c.every_omission),
+            hallucination_count=len(every_h),
+            omission_count=len(every_o),
             stale=c.stale,
             exit_match=c.exit_match,
             infra_failure=c.infra_failure,

@@ -291,6 +291,16 @@ MIGRATIONS: tuple[Migration, ...] = (
 )""",
         ),
     ),
+    Migration(
+        6,
+        "comparisons.hallucination_count and omission_count: the lists hold every item in "
+        "rank order (no longer the first ten only), their lengths beside them (NULL on rows "
+        "written before: their lists may have been cut at ten)",
+        (
+            "ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS hallucination_count INTEGER",
+            "ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS omission_count INTEGER",
+        ),
+    ),
 )
 """Every schema change since version 1, in order. Add a change as the next entry."""
 
@@ -329,7 +339,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "comparisons": (
         "run_id", "trajectory_id", "depth", "mode", "sample", "domain", "score", "drift",
         "infra_failure", "exit_match", "metrics", "hallucinations", "omissions", "stale",
-        "normalizations", "reasons",
+        "normalizations", "reasons", "hallucination_count", "omission_count",
     ),
     "judgments": (
         "run_id", "trajectory_id", "depth", "mode", "sample", "judge", "scores", "overall",
@@ -1187,8 +1197,11 @@ class _Batch:
             columns["infra_failure"].append(c.infra_failure)
             columns["exit_match"].append(c.exit_match)
             columns["metrics"].append(_sorted_json(c.metrics))
-            columns["hallucinations"].append(_json_list(c.hallucinations))
-            columns["omissions"].append(_json_list(c.omissions))
+            every_h, every_o = c.every_hallucination, c.every_omission  # all, in rank order
+            columns["hallucinations"].append(_json_list(every_h))
+            columns["omissions"].append(_json_list(every_o))
+            columns["hallucination_count"].append(len(every_h))
+            columns["omission_count"].append(len(every_o))
             columns["stale"].append(_json_list(c.stale))
             columns["normalizations"].append(_sorted_json(c.normalizations))
             columns["reasons"].append(_json_list(c.reasons))

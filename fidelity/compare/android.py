@@ -9,6 +9,10 @@ Accepted forms (auto-detected, per observation):
   resource_name='android:id/title', ...)``;
 - ``uiautomator dump`` XML ``<node index="0" text="…" resource-id="…" class="…"
   package="…" content-desc="…" clickable="true" … bounds="[0,63][1080,210]"/>``;
+- M3A's element list (AndroidWorld's M3A agent prompt), one element per
+  line: ``UI element 3: {"index": 3, "text": "Wi-Fi", "content_description":
+  "Wi-Fi", "is_clickable": True, ...}`` (no class, resource id or bounds; a
+  text holding a line break continues on the next line);
 - a JSON list of element objects (``class``/``class_name``, ``text``,
   ``content_description``/``content-desc``, ``resource_id``/``resource-id``/
   ``resource_name``, ``package``/``package_name``, ``bounds``/``bbox``, flags);
@@ -36,22 +40,41 @@ leniently.
 Element indices are ignored (like web bids). Elements of the status bar
 (package ``com.android.systemui``) and of the keyboard (IME packages) are
 dropped, counted as the ``android_chrome`` normalization. When a recording
-has no package names (AndroidControl, AndroidWorld text), they are found by
-role and position instead: an element wholly inside the top
-:data:`STATUS_BAR_SHARE` of the screen (the largest ``y`` of the
-observation), and a keyboard's keys (class ``…Keyboard…``, or ten or more
-one-character elements) in its bottom half. An element's key is
-class + resource id + text (the content description when there is no text);
-bounds are rounded to :data:`BOUNDS_STEP` px.
+has no package names (AndroidControl, AndroidWorld text), system UI is found
+by position, class and description (:func:`system_ui`):
+
+- the status bar's band: the full-width, text-free strip at the top of the
+  screen that holds nothing clickable (the status bar's background, 63 px on
+  a 2400 px AndroidWorld screen), else the top :data:`STATUS_BAR_SHARE` of the
+  screen; an element wholly inside it is system UI unless it is clickable;
+- a description or text that only system UI writes (``Gmail notification: 7
+  new messages``, ``Phone three bars.``, ``Wifi signal full.``, ``Battery
+  charging, 100 percent.``, ``No internet``…, see :data:`SYSTEM_UI_TEXT`) wholly
+  inside the top :data:`SYSTEM_UI_SHARE` of the screen, or on an element
+  without bounds (M3A's element list); a status-bar class
+  (``…StatusBar…``, ``…systemui…``, ``BatteryMeterView``) anywhere;
+- a keyboard's keys (class ``…Keyboard…``, or ten or more one-character
+  elements) in the bottom half.
+
+The screen's size is the box of the full-screen root when there is one (else
+the largest coordinates). The status bar's changes (a clock, the signal bars, a
+notification icon come or gone) are therefore volatile, while the same texts
+inside an app are content: ``7 new messages`` or ``27%`` in an app's list are
+compared like any label. An element's key is class + resource id + text (the
+content description when there is no text).
+
+Bounds: AndroidWorld's ``bbox_pixels`` is read in preference to ``bbox``
+(normalized, or None); two matched elements' bounds agree when no coordinate
+moved by more than :data:`BOUNDS_TOLERANCE` px (a second real run settles a
+list a few pixels off).
 
 Volatile values: an element whose whole text is a clock time (``10:41``,
-``7:05 PM``), a battery level (``80%``, ``Battery 80 percent``) or a
-notification/message count (``3 notifications``) is keyed by its kind
-(``<clock>``, ``<battery>``, ``<count>``, counted as the ``android_volatile``
-normalization), so a status bar the position rules miss does not turn a
-one-minute clock change into an omitted and a hallucinated entity; the
-changed value weighs in ``value_agreement`` like bounds and flags do. Any
-other text change (a button label) changes the key and is named.
+``7:05 PM``) or names a battery level (``Battery 80 percent``) is keyed by its
+kind (``<clock>``, ``<battery>``, counted as the ``android_volatile``
+normalization), so a clock in an app (an alarm list, a world clock) that moved
+on does not name an omitted and a hallucinated entity; the changed value weighs
+in ``value_agreement`` like bounds and flags do. Any other text change (a
+button label, a count) changes the key and is named.
 
 Metrics: ``element_precision``/``element_recall``/``element_f1`` over keys,
 ``bounds_agreement``, ``flag_agreement`` and ``value_agreement`` over matched
@@ -77,7 +100,10 @@ from fidelity.compare.structured import ItemComparator, matched_pairs, overlap, 
 from fidelity.model import Observation
 
 BOUNDS_STEP = 10
-"""Bounds are rounded to this many pixels before comparing."""
+"""Bounds are rounded to this many pixels by :func:`rounded_bounds`."""
+
+BOUNDS_TOLERANCE = 10
+"""Two matched elements' bounds agree when no coordinate moved by more than this many px."""
 
 IGNORED_PACKAGES = ("com.android.systemui",)
 """Packages whose elements are never compared (status bar, notification shade)."""
@@ -111,6 +137,8 @@ _PAIR_RE = re.compile(
     r"(\w[\w-]*)=(?:'((?:[^'\\]|\\.)*)'|\"([^\"]*)\"|(BoundingBox\([^)]*\))|([^,()\s]+))"
 )
 _XML_NODE_RE = re.compile(r"<node\b([^>]*)>")
+_M3A_START_RE = re.compile(r"^[ \t]*UI element \d+: \{", re.MULTILINE)
+_M3A_KEY_RE = re.compile(r"(?:^|, )\"(\w+)\": ")
 _BAR_LINE_RE = re.compile(
     r"^\s*\[\s*\d+\]\s*\|\s*(?P<cls>[^|]*?)\s*\|(?P<fields>[^|]*)\|\s*bounds=(?P<bounds>[^|]*?)\s*"
     r"(?:\|(?P<flags>[^|]*))?$",
@@ -118,7 +146,31 @@ _BAR_LINE_RE = re.compile(
 )
 _BAR_FIELD_RE = re.compile(r"(\w+)=(.*?)(?=\s+\w+=|\s*$)")
 STATUS_BAR_SHARE = 0.06
-"""Without package names, elements wholly inside this top share of the screen are the status bar."""
+"""Without package names and without a status-bar strip to measure, the status bar's band is
+this top share of the screen."""
+
+SYSTEM_UI_SHARE = 0.07
+"""An element wholly inside this top share of the screen with a description only system UI
+writes (:data:`SYSTEM_UI_TEXT`) is system UI (a notification icon taller than the band)."""
+
+STRIP_SHARE = (0.01, 0.07)
+"""A full-width, text-free strip at the top, this many times the screen's height tall (and
+holding nothing clickable), is the status bar's band (its background or container)."""
+
+SYSTEM_UI_TEXT = re.compile(
+    r"(?:.{1,80}\bnotifications?:.*"  # "Gmail notification: 7 new messages"
+    r"|(?:phone|wi-?fi|mobile|cellular|signal|ethernet|data)\b[^.]{0,40}"
+    r"(?:\bbars?|\bsignal\b[^.]{0,20}|\bfull|\bnone|\bconnected|\bdisconnected|\bno signal)"
+    r"|(?:battery|charging)\b.{0,40}|no internet|no sim(?: card)?|airplane mode(?: on)?"
+    r"|do not disturb(?: on)?|vibrate|ringer silent|silent mode|bluetooth(?: connected| on)?"
+    r"|alarm set for .{1,40}|location (?:on|active)|data saver(?: on)?|hotspot(?: on)?|vpn(?: on)?"
+    r"|\d+ more notifications?|notification dot)\.?",
+    re.IGNORECASE,
+)
+"""Descriptions (or texts) that only the status bar writes: notification icons, signal,
+battery, connectivity and mode icons. Matched on the whole description."""
+
+_STATUS_CLASS = re.compile(r"statusbar|status_bar|systemui|batterymeter|notificationicon", re.I)
 
 _STATE_HEADER = "Current Phone State"
 _BULLET_RE = re.compile(
@@ -147,19 +199,15 @@ _VOLATILE = (
     (
         "battery",
         re.compile(
-            r"(?:battery\s*)?(?:charging,?\s*)?\d{1,3}\s?(?:%|percent)(?:\s*battery)?"
-            r"(?:,?\s*charging)?\.?",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "count",
-        re.compile(
-            r"\d+\s+(?:new\s+|unread\s+)?(?:notifications?|messages?|emails?|alerts?|updates?)\.?",
+            r"(?:battery\s*(?:level\s*)?(?:charging,?\s*)?\d{1,3}\s?(?:%|percent)"
+            r"|\d{1,3}\s?(?:%|percent)\s*battery)(?:,?\s*charging)?\.?",
             re.IGNORECASE,
         ),
     ),
 )
+"""Whole texts that are volatile wherever they appear: a clock time, a level the word
+battery names. A bare percentage or count (``27%``, ``7 new messages``) is content inside an
+app; in the status bar it is dropped with the rest of the system UI."""
 
 MIN_SCREEN_HEIGHT = 400
 """Position rules apply only when the elements span at least this many pixels."""
@@ -173,7 +221,7 @@ class Element(NamedTuple):
     key: str
     label: str
     resource: str
-    bounds: tuple[int, ...]
+    bounds: tuple[float, ...]
     flags: frozenset[str]
     value: str = ""
     """The shown text when the key holds only its volatile kind (``<clock>``…), else empty."""
@@ -198,9 +246,36 @@ def raw_elements(text: str) -> list[dict[str, Any]]:
     tree = _TREE_HEADER_RE.search(text)
     if tree is not None:
         return tree_elements(text[tree.end() :])
+    if _M3A_START_RE.search(text) is not None:
+        return m3a_elements(text)
     return [
-        _canonical(_pairs(line)) for line in text.split("\n") if "class" in line and "=" in line
+        _canonical(_pairs(line))
+        for line in text.split("\n")
+        if ("class" in line or "UIElement(" in line) and "=" in line
     ]
+
+
+def m3a_elements(text: str) -> list[dict[str, Any]]:
+    """Elements of M3A's list, ``UI element 3: {"index": 3, "text": "Wi-Fi", ...}``.
+
+    M3A writes the values without escaping (a text may hold a quote or a line break),
+    so a value runs from its key to the next ``, "key": `` or to the closing brace.
+    """
+    starts = [m.end() for m in _M3A_START_RE.finditer(text)]
+    items = []
+    for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
+        chunk = text[start:end]
+        body = chunk[: chunk.rfind("}")] if "}" in chunk else chunk
+        keys = list(_M3A_KEY_RE.finditer(body))
+        item: dict[str, Any] = {}
+        for key, following in zip(keys, [*keys[1:], None], strict=True):
+            raw = body[key.end() : following.start() if following else len(body)].strip()
+            if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+                raw = raw[1:-1]
+            item[key[1]] = raw
+        item.pop("index", None)
+        items.append(_canonical(item))
+    return items
 
 
 def state_elements(text: str) -> list[dict[str, Any]]:
@@ -310,27 +385,101 @@ def _bar_element(match: re.Match[str]) -> dict[str, Any]:
     return _canonical(item)
 
 
-def chrome_by_position(items: list[dict[str, Any]]) -> list[bool]:
-    """Per element: is it status bar or keyboard, judged by position when no package says so."""
+class Screen(NamedTuple):
+    """What the boxes of one observation say about its screen."""
+
+    width: float
+    height: float
+    band: float
+    """The status bar's band: y from 0 to this is the status bar."""
+
+
+def screen_of(
+    items: list[dict[str, Any]], boxes: list[tuple[float, float, float, float] | None]
+) -> Screen | None:
+    """The screen of an element list (None below :data:`MIN_SCREEN_HEIGHT`).
+
+    Its size is the box of a root element at the origin (the full-screen window) when
+    there is one, else the largest coordinates. The band is the full-width, text-free
+    strip at the top (see :data:`STRIP_SHARE`: the status bar's background) when there is
+    one and nothing clickable lies inside it (else it is an app's own bar, drawn where an
+    immersive app has no status bar), otherwise :data:`STATUS_BAR_SHARE` of the height.
+    """
+    found = [b for b in boxes if b is not None]
+    if not found:
+        return None
+    roots = [b for b in found if b[0] <= 0 and b[1] <= 0 and b[3] - b[1] >= MIN_SCREEN_HEIGHT]
+    width = max(b[2] for b in (roots or found))
+    height = max(b[3] for b in (roots or found))
+    if height < MIN_SCREEN_HEIGHT or width <= 0:
+        return None
+    low, high = STRIP_SHARE[0] * height, STRIP_SHARE[1] * height
+    strips = [
+        b[3]
+        for i, b in zip(items, boxes, strict=True)
+        if b is not None
+        and b[1] <= 0
+        and b[0] <= 0.02 * width
+        and b[2] >= 0.9 * width
+        and low <= b[3] <= high
+        and not _text(i.get("text")).strip()
+        and not _text(i.get("content_description")).strip()
+    ]
+    band = max(strips) if strips else STATUS_BAR_SHARE * height
+    if strips and any(
+        b is not None and b[3] <= band + 2 and _flag(i, "clickable") and not _says_system(i)
+        for i, b in zip(items, boxes, strict=True)
+    ):
+        band = STATUS_BAR_SHARE * height
+    return Screen(width, height, band)
+
+
+def system_ui(items: list[dict[str, Any]]) -> list[bool]:
+    """Per element: is it status bar or keyboard, judged by position, class and description
+    when no package says so (see the module doc)."""
     boxes = [rounded_box(i.get("bounds")) for i in items]
-    height = max((b[3] for b in boxes if b), default=0)
-    if height < MIN_SCREEN_HEIGHT:
-        return [False] * len(items)
+    screen = screen_of(items, boxes)
+    height = screen.height if screen is not None else 0.0
     keys = [
         b is not None and b[1] >= height / 2 and len(_text(i.get("text")).strip()) == 1
         for i, b in zip(items, boxes, strict=True)
     ]
-    keyboard = sum(keys) >= 10
+    keyboard = screen is not None and sum(keys) >= 10
     marks = []
     for item, box, key in zip(items, boxes, keys, strict=True):
-        if item.get("package") or box is None:
-            marks.append(False)
+        if item.get("package") and item.get("package") not in {"None", "null"}:
+            marks.append(False)  # a package says whose it is (see ignored)
             continue
-        top = box[3] <= height * STATUS_BAR_SHARE
-        lower = box[1] >= height / 2
-        keyboard_class = "keyboard" in _text(item.get("class")).lower()
-        marks.append(top or (keyboard and key) or (keyboard_class and lower))
+        cls = _text(item.get("class"))
+        says = _says_system(item)
+        if _STATUS_CLASS.search(cls) is not None:
+            marks.append(True)
+        elif box is None or screen is None:
+            marks.append(box is None and says)
+        else:
+            top = box[3] <= screen.band + 2 and (says or not _flag(item, "clickable"))
+            named = says and box[3] <= SYSTEM_UI_SHARE * screen.height
+            lower = box[1] >= screen.height / 2
+            keyboard_class = "keyboard" in cls.lower()
+            marks.append(top or named or (keyboard and key) or (keyboard_class and lower))
     return marks
+
+
+chrome_by_position = system_ui
+"""The former name of :func:`system_ui`."""
+
+
+def _says_system(item: dict[str, Any]) -> bool:
+    """Whether the element's description (or text) is one only system UI writes."""
+    for field in ("content_description", "text"):
+        value = _text(item.get(field)).strip()
+        if value and SYSTEM_UI_TEXT.fullmatch(value) is not None:
+            return True
+    return False
+
+
+def _flag(item: dict[str, Any], name: str) -> bool:
+    return str(item.get(name, "")).lower() in {"true", "1"}
 
 
 def rounded_box(value: Any) -> tuple[float, float, float, float] | None:
@@ -339,6 +488,8 @@ def rounded_box(value: Any) -> tuple[float, float, float, float] | None:
     ``[x1,y1][x2,y2]`` and lists give corners in that order; AndroidWorld's
     ``BoundingBox(x_min=…, x_max=…, y_min=…, y_max=…)`` is read by name.
     """
+    if isinstance(value, dict) and "x_min" in value:
+        value = " ".join(f"{k}={value.get(k)}" for k in ("x_min", "x_max", "y_min", "y_max"))
     text = str(value or "")
     if "x_min" in text:
         named = dict(re.findall(r"(\w_m\w\w)=(-?\d+(?:\.\d+)?)", text))
@@ -360,18 +511,28 @@ def _pairs(text: str) -> dict[str, Any]:
 
 
 def _canonical(item: dict[str, Any]) -> dict[str, Any]:
-    """*item* with AndroidWorld/uiautomator/JSON field names mapped to one spelling."""
+    """*item* with AndroidWorld/uiautomator/JSON field names mapped to one spelling.
+
+    Of AndroidWorld's two boxes, ``bbox_pixels`` stands over ``bbox`` (normalized to the
+    screen, or None); a box that is None never replaces one that is not."""
     out: dict[str, Any] = {}
     for key, value in item.items():
         key = key[3:] if key.startswith("is_") else key
-        out[_ALIASES.get(key, key)] = value
+        name = _ALIASES.get(key, key)
+        if (
+            name == "bounds"
+            and "bounds" in out
+            and (_text(value) == "" or (key == "bbox" and _text(out["bounds"]) != ""))
+        ):
+            continue
+        out[name] = value
     return out
 
 
 def ignored(item: dict[str, Any]) -> bool:
     """True for status-bar and keyboard elements."""
-    package = str(item.get("package") or "")
-    resource = str(item.get("resource_id") or "")
+    package = _text(item.get("package"))
+    resource = _text(item.get("resource_id"))
     owner = package or resource.split(":", 1)[0]
     if item.get("chrome") is True:
         return True
@@ -412,14 +573,33 @@ def to_element(item: dict[str, Any], normalizer: Normalizer, counts: dict[str, i
         f"{cls}|{resource}|{shown_text}",
         f"{cls}:{shown_text}",
         resource,
-        rounded_bounds(item.get("bounds")),
+        _bounds(item.get("bounds")),
         flags,
         value,
     )
 
 
+def _bounds(value: Any) -> tuple[float, ...]:
+    """The box of a bounds value as ``(x_min, y_min, x_max, y_max)``, or its numbers."""
+    box = rounded_box(value)
+    if box is not None:
+        return box
+    if isinstance(value, dict):
+        value = " ".join(str(v) for v in value.values())
+    elif isinstance(value, list):
+        value = " ".join(str(v) for v in value)
+    return tuple(float(n) for n in _NUMBER_RE.findall(str(value or "")))
+
+
+def bounds_agree(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Whether two boxes are the same but for a move of at most :data:`BOUNDS_TOLERANCE` px."""
+    if len(a) != len(b):
+        return False
+    return all(abs(x - y) <= BOUNDS_TOLERANCE for x, y in zip(a, b, strict=True))
+
+
 def volatile_kind(text: str) -> str | None:
-    """``clock``, ``battery`` or ``count`` when the whole *text* is such a value, else None."""
+    """``clock`` or ``battery`` when the whole *text* is such a value, else None."""
     stripped = text.strip()
     if not stripped or not stripped[0].isalnum():
         return None
@@ -441,7 +621,7 @@ class AndroidComparator(ItemComparator[Element]):
     def parse(self, observation: Observation) -> tuple[list[Element], dict[str, int]]:
         """The compared elements of *observation* and the normalizations that fired."""
         items = raw_elements(observation.text)
-        positional = chrome_by_position(items)
+        positional = system_ui(items)
         kept = [i for i, p in zip(items, positional, strict=True) if not (p or ignored(i))]
         counts: dict[str, int] = {}
         if len(kept) < len(items):
@@ -494,7 +674,7 @@ def _matched(real: list[Element], sim: list[Element]) -> tuple[float, float, flo
     pairs = matched_pairs(real, sim)
     if not pairs:
         return 1.0, 1.0, 1.0, []
-    moved = sum(a.bounds != b.bounds for a, b in pairs)
+    moved = sum(not bounds_agree(a.bounds, b.bounds) for a, b in pairs)
     flipped = [(a, b) for a, b in pairs if a.flags != b.flags]
     reasons = [
         f"flags {a.label}: {','.join(sorted(a.flags)) or '-'} != {','.join(sorted(b.flags)) or '-'}"

@@ -38,8 +38,18 @@ class StepComparison(BaseModel):
     )
     exit_match: bool | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
-    hallucinations: list[str] = Field(default_factory=list)
-    omissions: list[str] = Field(default_factory=list)
+    hallucinations: list[str] = Field(
+        default_factory=list, description="ranked, most telling first; what the verdict weighs"
+    )
+    omissions: list[str] = Field(default_factory=list, description="ranked like hallucinations")
+    more_hallucinations: list[str] = Field(
+        default_factory=list,
+        description="those ranked after the ones a step names (a comparator that caps its "
+        "list at the rubric's 10): machine outputs list every one (every_hallucination)",
+    )
+    more_omissions: list[str] = Field(
+        default_factory=list, description="the omissions ranked after the named ones"
+    )
     stale: list[str] = Field(
         default_factory=list, description="sim-only entities the model had been shown earlier"
     )
@@ -47,6 +57,22 @@ class StepComparison(BaseModel):
         default_factory=dict, description="rule name -> substitutions made (both sides)"
     )
     reasons: list[str] = Field(default_factory=list, description="why drift was flagged")
+
+    @property
+    def every_hallucination(self) -> list[str]:
+        """Every hallucination in rank order: the named ones, then the rest."""
+        return _joined(self.hallucinations, self.more_hallucinations)
+
+    @property
+    def every_omission(self) -> list[str]:
+        """Every omission in rank order: the named ones, then the rest."""
+        return _joined(self.omissions, self.more_omissions)
+
+
+def _joined(first: list[str], more: list[str]) -> list[str]:
+    if not more:
+        return first
+    return list(dict.fromkeys([*first, *more]))
 
 
 class Comparator(Protocol):

@@ -387,14 +387,192 @@ GIT_SHORT_ID = Rule(
 _GIT_SHORT_ID = re.compile(GIT_SHORT_ID.regex)
 TRUNCATE_RULE = "truncate"
 PID_OUTPUT_RULE = "action_pid"
+CR_RULE = "carriage_return"
 TRAILING_SPACE_RULE = "trailing_space"
 BLANK_LINES_RULE = "trailing_blank_lines"
 WHITESPACE_RULES = frozenset({TRAILING_SPACE_RULE, BLANK_LINES_RULE})
 """Whole-text rules for what people call the same text: spaces and tabs at line ends, blank
 lines (and the final line break) at the end of the text. Line endings (``\\r\\n``, a lone
 ``\\r`` at a line's end) are the regex rules ``crlf`` and ``carriage_return``."""
-_PID_LINE = re.compile(r"^([ \t]*(?:\[\d+\][+-]?[ \t]+)?)\d{2,7}[ \t]*$", re.MULTILINE)
-_PID_COMMAND = re.compile(r"\$!|\$\$|\$BASHPID|getpid\(\)|getppid\(\)|\bpgrep\b|\bpidof\b")
+_PID_LINE = re.compile(r"^([ \t]*(?:\[\d+\][+-]?[ \t]+)?)\d{1,7}[ \t]*$", re.MULTILINE)
+_PID_COMMAND = re.compile(
+    r"\$!|\$\$|\$\{[!$]\}|\$\{?BASHPID|\$\{?PPID\b|getpid\(\)|getppid\(\)|\bpgrep\b|\bpidof\b"
+    r"|(?:^|[;&|(`]|\$\(|\bsudo|\bwatch|\bthen|\bdo)[ \t]*ps\b|\bjobs[ \t]+-l"
+)
+
+
+class PidPrinters:
+    """Where the output of a command line holds a PID, read from what printed it.
+
+    Inside a PID namespace (bubblewrap, a container) PIDs are small (``bg=3``, ``5``), so
+    a PID is known by what printed it, not by its digit count, and normalized on both sides:
+
+    - ``$!``, ``$$``, ``$BASHPID``, ``$PPID`` in ``echo``/``printf`` and ``os.getpid()``
+      (``getppid``) in ``print``: the literal text printed just before it (``echo bg=$!``:
+      ``bg=``; ``print(f"pid={os.getpid()}")``: ``pid=``; ``print("worker", os.getpid())``:
+      ``worker``), else a bare number on its own line (``echo $!``, ``print(os.getpid())``);
+    - ``pgrep`` (one PID a line; with ``-l``/``-a`` the number leading each line) and
+      ``pidof`` (a line of numbers);
+    - ``ps``: the values of the ``PID``, ``PPID``, ``PGID``, ``SID``, ``TGID``, ``SPID`` and
+      ``LWP`` columns under a header naming them (the row's spacing, which follows the
+      widths of those numbers, becomes single spaces);
+    - job lines (``[1] 3``, ``jobs -l``'s ``[1]+ 3 Running``).
+    """
+
+    __slots__ = ("bare", "columns", "jobs", "listed", "pidof", "prefixes")
+
+    def __init__(self, command: str) -> None:
+        self.prefixes: tuple[re.Pattern[str], ...] = _pid_prefixes(command)
+        self.bare = _bare_pid(command)
+        self.listed = (
+            re.search(r"\bpgrep\b[^;&|\n]*?\s-(?:\w*[la]\w*|-list-\w+)", command) is not None
+        )
+        self.columns = (
+            re.search(r"(?:^|[;&|(`]|\$\(|\bsudo|\bwatch|\bthen|\bdo)[ \t]*ps\b", command)
+            is not None
+        )
+        self.pidof = re.search(r"\bpidof\b", command) is not None
+        self.jobs = _BACKGROUND.search(command) is not None or "jobs" in command
+
+    def apply(self, text: str) -> tuple[str, int]:
+        """*text* with each PID these printers print as ``<PID>``, and how many."""
+        total = 0
+        for pattern in self.prefixes:
+            text, n = pattern.subn("<PID>", text)
+            total += n
+        if self.bare:
+            text, n = _PID_LINE.subn(r"\1<PID>", text)
+            total += n
+        if self.jobs:
+            text, n = _JOB_LINE.subn(r"\1 <PID>", text)  # the PID's width set the spacing
+            total += n
+        if self.listed:
+            text, n = _PGREP_LIST.subn("<PID>", text)
+            total += n
+        if self.pidof:
+            numbers = 0
+
+            def each(match: re.Match[str]) -> str:
+                nonlocal numbers
+                line, n = _NUMBER_RUN.subn("<PID>", match[0])
+                numbers += n
+                return line
+
+            text = _PIDOF_LINE.sub(each, text)
+            total += numbers
+        if self.columns:
+            text, n = ps_columns(text)
+            total += n
+        return text, total
+
+
+_BACKGROUND = re.compile(r"(?<![&>|<])&(?![&>])")
+"""A job sent to the background (``cmd &``), not ``&&``, ``2>&1``, ``&>`` or ``|&``."""
+_JOB_LINE = re.compile(
+    r"^([ \t]*\[\d+\][+-]?)[ \t]+\d+(?=[ \t]*$|[ \t]+(?:Running|Done|Stopped|Terminated|Killed|Exit))",
+    re.MULTILINE,
+)
+"""A job line (``[1] 3``, ``jobs -l``'s ``[1]+ 3 Running``): its number is the job's PID
+(written after one space: ``jobs -l`` pads it to the PIDs' width)."""
+_PGREP_LIST = re.compile(r"^\d+(?=[ \t]+\S)", re.MULTILINE)
+_PIDOF_LINE = re.compile(r"^[ \t]*\d+(?:[ \t]+\d+)+[ \t]*$", re.MULTILINE)
+_NUMBER_RUN = re.compile(r"\d+")
+_PID_VAR = re.compile(r"\$(?:!|\$|\{[!$]\}|\{?BASHPID\}?|\{?PPID\b\}?)")
+_ECHO_ARGS = re.compile(r"\b(echo|printf)\b((?:[^;&|\n`)]|\$\()*)")
+_PY_PID = re.compile(r"(?:\bos\.)?\bgetp?pid\(\)")
+_PS_COLUMN = frozenset({"PID", "PPID", "PGID", "SID", "TGID", "SPID", "LWP", "TID"})
+
+
+def _literal_before(words: str) -> str:
+    """The literal text an ``echo`` prints before a PID variable: *words* (the arguments
+    up to the variable) without quotes, from the last other expansion on."""
+    for cut in ("$", "`"):
+        if cut in words:
+            words = words[words.rindex(cut) + 1 :]
+            if cut == "$":  # the other variable's name
+                words = re.sub(r"^(?:[!$?#@*0-9]|\{[^}]*\}|\w+)", "", words)
+    words = words.replace('"', "").replace("'", "").lstrip()
+    return words[-24:]
+
+
+def _pid_prefixes(command: str) -> tuple[re.Pattern[str], ...]:
+    """Patterns of a PID printed after a literal (``bg=3``), one per such printer."""
+    literals: list[str] = []
+    for echo in _ECHO_ARGS.finditer(command):
+        args = re.sub(r"^(?:\s+-[neE]+)+", "", echo[2])
+        if echo[1] == "printf":
+            fmt = re.match(r"\s*(['\"])(.*?)\1", args)
+            conversion = re.search(r"%[-0-9]*[dsi]", fmt[2]) if fmt else None
+            if fmt and conversion and _PID_VAR.search(args[fmt.end() :]):
+                literals.append(fmt[2][: conversion.start()].rsplit("\\n", 1)[-1])
+            continue
+        for var in _PID_VAR.finditer(args):
+            literals.append(_literal_before(args[: var.start()]))
+    for call in _PY_PID.finditer(command):
+        before = command[max(0, call.start() - 80) : call.start()]
+        fstring = re.search(r"([^{}\"']*)\{\s*$", before)
+        joined = re.search(r"[\"']([^\"']*)[\"']\s*(,|\+\s*str\()\s*$", before)
+        if fstring and fstring[1].strip():
+            literals.append(fstring[1][-24:])
+        elif joined:
+            literals.append(joined[1][-24:] + (" " if joined[2] == "," else ""))
+    found = {literal for literal in literals if literal.strip()}
+    return tuple(re.compile(rf"(?<={re.escape(literal)})\d+(?![\d.])") for literal in sorted(found))
+
+
+def _bare_pid(command: str) -> bool:
+    """Whether a command line prints a PID alone on a line (``echo $!``, ``pgrep``…)."""
+    if re.search(r"\bpgrep\b|\bpidof\b", command):
+        return True
+    for echo in _ECHO_ARGS.finditer(command):
+        args = re.sub(r"^(?:\s+-[neE]+)+", "", echo[2]).strip()
+        var = _PID_VAR.search(args)
+        if (
+            echo[1] == "echo"
+            and var is not None
+            and not _literal_before(args[: var.start()]).strip()
+        ):
+            return True
+    for call in _PY_PID.finditer(command):
+        before = command[max(0, call.start() - 80) : call.start()]
+        if re.search(r"print\(\s*(?:str\(\s*|f[\"']\{\s*)?$", before):
+            return True
+    return False
+
+
+def ps_columns(text: str) -> tuple[str, int]:
+    """``ps`` rows with the values of their PID columns as ``<PID>``, and how many.
+
+    A header line naming a PID column (``PID``, ``PPID``…) starts a table; its rows are
+    the lines after it until an empty one. A row's fields are split on whitespace (the
+    last, the command, may hold spaces) and joined by one space."""
+    if "PID" not in text and "LWP" not in text:
+        return text, 0
+    lines = text.split("\n")
+    total = 0
+    columns: list[int] = []
+    width = 0
+    for number, line in enumerate(lines):
+        fields = line.split()
+        if not fields:
+            columns = []
+            continue
+        named = [i for i, f in enumerate(fields) if f in _PS_COLUMN]
+        if named and all(not f.isdigit() for f in fields):
+            columns, width = named, len(fields)
+            continue
+        if not columns:
+            continue
+        parts = line.split(None, width - 1)
+        changed = 0
+        for i in columns:
+            if i < len(parts) and parts[i].isdigit():
+                parts[i] = "<PID>"
+                changed += 1
+        if changed:
+            lines[number] = " ".join(parts)
+            total += changed
+    return ("\n".join(lines), total) if total else (text, 0)
 
 
 class _Pass:
@@ -533,6 +711,11 @@ class Normalizer:
         self.ordering = ORDER_RULE in whole_text
         self.trailing_space = TRAILING_SPACE_RULE in whole_text
         self.blank_lines = BLANK_LINES_RULE in whole_text
+        # carriage returns are rendered as a terminal shows them (not a regex): with the rule
+        names = {rule.name: rule for rule in self.rules}
+        self.render_cr = names.get(CR_RULE) == RULES[CR_RULE]
+        self.crlf = names.get("crlf") == RULES["crlf"]
+        self.ansi = names.get("ansi") == RULES["ansi"]
         self._passes = _passes(self.rules)
         local = len(self._passes)
         while line_memo and local > 0 and all(_line_local(r) for r in self._pass_rules(local - 1)):
@@ -578,23 +761,56 @@ class Normalizer:
 
     def _normalized(self, text: str, command: str | None) -> tuple[str, dict[str, int]]:
         counts: dict[str, int] = {}
-        if self._direct is not None and len(text) <= self.limit and text.isascii():
+        rendering = self.render_cr and "\r" in text
+        if (
+            self._direct is not None
+            and len(text) <= self.limit
+            and text.isascii()
+            and not rendering
+        ):
             # the common case in one step: nothing for the whole-text passes (none of their
             # guards occurs), the line-local ones compiled
             for literal in self._direct:
                 if literal in text:
                     break
             else:
-                text = self._line_local_compiled(text, counts)
+                text = self._line_local_compiled(self._progress(text, counts), counts)
                 return self._command_rules(self._whitespace(text, counts), counts, command)
         text, n = truncate(text, self.limit)
         if n:
             counts[TRUNCATE_RULE] = n
+        if rendering:
+            text = self._rendered(text, counts)
+        text = self._progress(text, counts)
         for step in self._whole_passes:
             text = step.apply(text, counts)
         if self._line_passes:
             text = self._line_local(text, counts)
         return self._command_rules(self._whitespace(text, counts), counts, command)
+
+    def _rendered(self, text: str, counts: dict[str, int]) -> str:
+        """*text* with its carriage returns rendered (:func:`render_carriage_returns`); a
+        ``\\r\\n`` is a line ending first (the ``crlf`` rule, when it is on)."""
+        if self.crlf and "\r\n" in text:
+            n = text.count("\r\n")
+            text = text.replace("\r\n", "\n")
+            counts["crlf"] = counts.get("crlf", 0) + n
+        text, rendered, escapes = render_carriage_returns(text, erase_escapes=self.ansi)
+        if rendered:
+            counts[CR_RULE] = counts.get(CR_RULE, 0) + rendered
+        if escapes:
+            counts["ansi"] = counts.get("ansi", 0) + escapes
+        return text
+
+    def _progress(self, text: str, counts: dict[str, int]) -> str:
+        """Redraws of one progress line written one after another collapsed to the last
+        (:func:`collapse_progress`), counted as ``carriage_return``."""
+        if not self.render_cr or "%" not in text:
+            return text
+        text, n = collapse_progress(text)
+        if n:
+            counts[CR_RULE] = counts.get(CR_RULE, 0) + n
+        return text
 
     def _whitespace(self, text: str, counts: dict[str, int]) -> str:
         """:data:`WHITESPACE_RULES` (those switched on) over *text*."""
@@ -614,15 +830,15 @@ class Normalizer:
         """The rules the action's command line turns on (git ids, a printed PID, order)."""
         if not command:
             return text, counts
-        git, prints_pid, unordered = _command_traits(command)
+        git, printers, unordered = _command_traits(command)
         if git and self.git_ids:
             # An abbreviated commit id is all digits 1 time in 27 (7 chars): hex_id,
             # which needs a letter to stay clear of plain numbers, cannot see those.
             text = self._git_short_ids(text, counts)
-        if prints_pid and self.pids:
-            # the action prints a PID (`cmd & echo $!`, `os.getpid()`): a bare number on its
-            # own line is that PID, different in every run
-            text, n = _PID_LINE.subn(r"\1<PID>", text)
+        if printers is not None and self.pids:
+            # the action prints a PID (`cmd & echo bg=$!`, `os.getpid()`, `ps`): where it
+            # prints it, the number is that PID, different in every run, of any length
+            text, n = printers.apply(text)
             if n:
                 counts[PID_OUTPUT_RULE] = n
         if unordered and self.ordering:
@@ -701,9 +917,10 @@ def _fingerprint(rule: Rule) -> tuple[str, str, str, int]:
 
 
 @lru_cache(maxsize=4096)
-def _command_traits(command: str) -> tuple[bool, bool, bool]:
-    """``(runs git, prints a PID, output order unspecified)`` of a command line."""
-    return runs_git(command), _PID_COMMAND.search(command) is not None, unordered_output(command)
+def _command_traits(command: str) -> tuple[bool, PidPrinters | None, bool]:
+    """``(runs git, where it prints PIDs or None, output order unspecified)`` of a command."""
+    printers = PidPrinters(command) if _PID_COMMAND.search(command) is not None else None
+    return runs_git(command), printers, unordered_output(command)
 
 
 def _line_local(rule: Rule) -> bool:
@@ -738,6 +955,126 @@ def normalize(
 
 
 # -- whole-text rules --------------------------------------------------------------------------
+
+
+_CONTROL = re.compile(
+    r"(\r|\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]"
+    r"|\x1b[@-Z\\^_=>])"
+)
+_ERASE_LINE = re.compile(r"\x1b\[([012]?)K")
+
+
+def render_carriage_returns(text: str, *, erase_escapes: bool = True) -> tuple[str, int, int]:
+    """*text* with each line holding a carriage return rendered as a terminal shows it.
+
+    ``\\r`` moves the cursor to the line's start and what follows overwrites what was
+    there (a shorter redraw leaves the end of a longer one, as on a screen); erase-in-line
+    escapes (``ESC[K``, ``ESC[1K``, ``ESC[2K``) erase as a terminal does; a ``\\r`` at a
+    line's end ends the line. Returns ``(text, lines rendered + line ends dropped, other
+    escape sequences dropped from rendered lines)``; with *erase_escapes* False (the
+    ``ansi`` rule off) escapes are characters like any other.
+    """
+    lines = text.split("\n")
+    rendered = escapes = 0
+    for number, line in enumerate(lines):
+        if "\r" not in line:
+            continue
+        body = line.rstrip("\r")
+        if len(body) < len(line):
+            rendered += 1  # a line ending
+        if "\r" not in body:
+            lines[number] = body
+            continue
+        rendered += 1
+        cells: list[str] = []
+        column = 0
+        pieces = _CONTROL.split(body) if erase_escapes else re.split(r"(\r)", body)
+        for index, piece in enumerate(pieces):
+            if not piece:
+                continue
+            if index % 2 == 0:  # text
+                end = column + len(piece)
+                cells[column:end] = piece
+                column = end
+            elif piece == "\r":
+                column = 0
+            elif (erase := _ERASE_LINE.fullmatch(piece)) is not None:
+                mode = erase[1] or "0"
+                if mode == "0":
+                    del cells[column:]
+                elif mode == "1":
+                    cells[: column + 1] = " " * min(len(cells), column + 1)
+                else:
+                    cells = [" "] * min(len(cells), column)
+            else:
+                escapes += 1  # a colour or title: no width
+        lines[number] = "".join(cells).rstrip(" ") if cells else ""
+    return "\n".join(lines), rendered, escapes
+
+
+_PERCENT = re.compile(r"\d{1,3}(?:\.\d+)?[ \t]?%")
+_BAR = re.compile(r"[\[|][#█▏▎▍▌▋▊▉=>\- ]{3,}[\]|]")
+_COUNTER = re.compile(r"\d+[ \t]*(?:/|of)[ \t]*\d+")
+_TEMPLATE_DROP = re.compile(r"[\d.,:?#█▏▎▍▌▋▊▉=>\-\s]+")
+
+
+def _progress_like(segment: str) -> bool:
+    return _PERCENT.search(segment) is not None and (
+        _BAR.search(segment) is not None or _COUNTER.search(segment) is not None
+    )
+
+
+def _template(segment: str) -> str:
+    """A progress state without what changes between redraws (numbers, bar, spacing)."""
+    return _TEMPLATE_DROP.sub("", segment)
+
+
+def progress_states(line: str) -> list[str] | None:
+    """The redraws of one progress line that *line* holds (one or more, the last its current
+    state), or None when it is not a progress line: each state names a percentage and has a
+    bar (``[###  ]``, ``|███ |``) or a count (``2/5``, ``2 of 5``); states written one after
+    another (``100.0%  2 of 2 [####]100.0%  2 of 2 [####]``) share one template."""
+    if not _progress_like(line):
+        return None
+    starts = [m.start() for m in _PERCENT.finditer(line)]
+    if len(starts) > 1:
+        cuts = []
+        for start in starts:
+            while start > 0 and line[start - 1] in " \t":
+                start -= 1
+            cuts.append(start)
+        states = [line[a:b] for a, b in zip(cuts, [*cuts[1:], len(line)], strict=True)]
+        if all(_progress_like(s) for s in states) and len({_template(s) for s in states}) == 1:
+            return states
+    return [line]
+
+
+def collapse_progress(text: str) -> tuple[str, int]:
+    """*text* with redraws of a progress line written in a row, on one line or on several,
+    collapsed to the last (a terminal shows one line: a model writing each redraw on its
+    own line, or the redraws without their ``\\r``, shows the same); the count is the
+    redraws dropped."""
+    lines = text.split("\n")
+    out: list[str] = []
+    dropped = 0
+    previous: str | None = None
+    for line in lines:
+        states = progress_states(line) if "%" in line else None
+        if states is None:
+            out.append(line)
+            previous = None
+            continue
+        if len(states) > 1:
+            dropped += len(states) - 1
+            line = states[-1].lstrip(" \t")
+        template = _template(line)
+        if template == previous:
+            out[-1] = line
+            dropped += 1
+        else:
+            out.append(line)
+        previous = template
+    return ("\n".join(out), dropped) if dropped else (text, 0)
 
 
 def sort_lines(text: str) -> tuple[str, int]:

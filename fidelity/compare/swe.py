@@ -182,13 +182,17 @@ class SweComparator:
         stale = shown(sim_only, context) if sim_only else set()
         hallucinated, omitted = sorted(sim_only - stale), sorted(real_only)
         reasons += listed("hallucinated", hallucinated) + listed("omitted", omitted)
+        # the terminal part's ranking stands (rank's tiers would undo it)
+        named_h, more_h = _split([*hallucinated, *base.hallucinations], base.more_hallucinations)
+        named_o, more_o = _split([*omitted, *base.omissions], base.more_omissions)
         result = base.model_copy(
             update={
                 "drift": base.drift or bool(reasons),
                 "metrics": metrics,
-                # the terminal part's ranking stands (rank's tiers would undo it)
-                "hallucinations": _first([*hallucinated, *base.hallucinations]),
-                "omissions": _first([*omitted, *base.omissions]),
+                "hallucinations": named_h,
+                "omissions": named_o,
+                "more_hallucinations": more_h,
+                "more_omissions": more_o,
                 "stale": sorted({*base.stale, *stale}),
                 "reasons": [*base.reasons, *reasons],
             }
@@ -205,9 +209,12 @@ class SweComparator:
         return self.calibration.decide(result, hard, findings)
 
 
-def _first(entities: list[str]) -> list[str]:
-    """*entities* without repeats, in order, capped at :data:`MAX_ENTITIES`."""
-    return list(dict.fromkeys(entities))[:MAX_ENTITIES]
+def _split(entities: list[str], more: list[str]) -> tuple[list[str], list[str]]:
+    """*entities* without repeats, in order, capped at :data:`MAX_ENTITIES` (the named ones),
+    and those past the cap followed by *more* (the rest, for machine outputs)."""
+    unique = list(dict.fromkeys(entities))
+    named = unique[:MAX_ENTITIES]
+    return named, list(dict.fromkeys(e for e in [*unique[MAX_ENTITIES:], *more] if e not in named))
 
 
 Found = tuple[list[str], set[str], set[str]]

@@ -156,21 +156,33 @@ class TerminalComparator:
         factor = self.exit_penalty if exit_match is False else 1.0
         score = min(1.0, max(0.0, metrics["text_sim"] * factor))
         metrics.update(amount(real_text, sim_text))
-        moved: list[str] = []
+        every_moved: Sequence[str] = ()
         if not volatile_order(command):  # else another real run prints another order
             sorted_ = ORDER_RULE in real_counts or ORDER_RULE in sim_counts
             texts = self._as_printed(real, sim, command) if sorted_ else (real_text, sim_text)
             metrics.update(order(*texts))
             if "lines_reordered" in metrics:
-                moved = list(moved_lines(*texts)[:MAX_ENTITIES])
+                every_moved = moved_lines(*texts)
+        moved = list(every_moved[:MAX_ENTITIES])
         sim_side, real_side = line_entities(real_text, sim_text, command)
-        hallucinations, stale = unshown(sim_side, context, self.normalizer)
+        found, stale = unshown(sim_side, context, self.normalizer)
         if stale:  # a listed name shown before: the listing's line is this step's
-            hallucinations += lines_named(stale, changed_lines(real_text, sim_text)[0])
-        hallucinations = with_hex(hallucinations[:MAX_ENTITIES], sim.text)
+            found += lines_named(stale, changed_lines(real_text, sim_text)[0])
+        hallucinations = with_hex(found[:MAX_ENTITIES], sim.text)
         room = MAX_ENTITIES - len(hallucinations)
         hallucinations += ["moved:" + line.strip()[:LINE_CHARS] for line in moved[:room]]
         omissions = with_hex(real_side[:MAX_ENTITIES], real.text)
+        more_h: list[str] = []
+        more_o: list[str] = []
+        if (
+            len(found) >= MAX_ENTITIES  # the named ones may not be all
+            or len(real_side) > MAX_ENTITIES
+            or len(every_moved) > room
+            or (real_text != sim_text and _cut(sim_side, real_side, real_text, sim_text))
+        ):
+            more_h, more_o = self._beyond_cap(
+                (real, sim, real_text, sim_text, command), context, found, stale, every_moved[room:]
+            )
         shown = sorted(stale)
         hard = self._mismatches(score, exit_match, real, sim) + blank_lines_changed(metrics)
         if self.calibration is None:
@@ -193,10 +205,43 @@ class TerminalComparator:
             metrics=metrics,
             hallucinations=hallucinations,
             omissions=omissions,
+            more_hallucinations=more_h,
+            more_omissions=more_o,
             stale=shown,
             normalizations=merge_counts(real_counts, sim_counts),
             reasons=reasons,
         )
+
+    def _beyond_cap(
+        self,
+        sides: tuple[Observation, Observation, str, str, str],
+        context: CompareContext,
+        found: list[str],
+        stale: set[str],
+        moved: Sequence[str],
+    ) -> tuple[list[str], list[str]]:
+        """``(hallucinations, omissions)`` past the first :data:`MAX_ENTITIES` of each side, in
+        rank order: the rest of the ranking over every changed line (:func:`every_line_entity`),
+        without what the model had been shown, then the rest of the moved lines. The verdict
+        and the reasons use the first ones only; machine outputs list both."""
+        real, sim, real_text, sim_text, command = sides
+        if real_text == sim_text:
+            return [], []
+        sim_all, real_all = line_entities(real_text, sim_text, command)
+        if _cut(sim_all, real_all, real_text, sim_text):  # else nothing was left out
+            sim_all, real_all = every_line_entity(real_text, sim_text, command)
+        listed = set(found[:MAX_ENTITIES]) | stale
+        rest = [e for e in sim_all if e not in listed]
+        names = {e for e in rest if not e.startswith("line:")}
+        if names:  # only a name whose key occurs in what was shown can have been shown
+            seen = "\n".join(text for text, _ in context_texts(context))
+            names = {e for e in names if search_key(e) in seen}
+        shown = shown_entities(names, context, self.normalizer) if names else set()
+        tail = [*found[MAX_ENTITIES:], *(e for e in rest if e not in shown and e not in found)]
+        more_h = with_hex(list(dict.fromkeys(tail)), sim.text)
+        more_h += ["moved:" + line.strip()[:LINE_CHARS] for line in moved]
+        more_o = with_hex(list(real_all[MAX_ENTITIES:]), real.text)
+        return more_h, more_o
 
     def _as_printed(self, real: Observation, sim: Observation, command: str) -> tuple[str, str]:
         """Both texts normalized without the ``unordered_lines`` sort (for :func:`order`)."""
@@ -459,8 +504,49 @@ def line_entities(
     )
 
 
+@functools.lru_cache(maxsize=64)
+def every_line_entity(
+    real: str, sim: str, command: str | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(sim side, real side)``: :func:`line_entities` (the capped ranking, first), then
+    the candidates past its caps, every changed line examined, in the same ranking: what
+    machine outputs list beyond the :data:`~fidelity.compare.entities.MAX_ENTITIES` a
+    step names."""
+    capped = line_entities(real, sim, command)
+    if real == sim:
+        return capped
+    diff = exact_entity_diff(real, sim, command)
+    added, dropped = changed_lines(real, sim)
+    sides = (
+        _candidates(diff.sim_only, added, sim, real, examined=None, cap=None),
+        _candidates(diff.real_only, dropped, real, sim, examined=None, cap=None),
+    )
+    return tuple(  # type: ignore[return-value]
+        tuple(dict.fromkeys([*head, *everything]))
+        for head, everything in zip(capped, sides, strict=True)
+    )
+
+
+def _cut(sim_side: Sequence[str], real_side: Sequence[str], real: str, sim: str) -> bool:
+    """Whether :func:`line_entities` may have left candidates of either side out."""
+    added, dropped = changed_lines(real, sim)
+    return _capped(sim_side, added) or _capped(real_side, dropped)
+
+
+def _capped(ranked: Sequence[str], lines: Sequence[str]) -> bool:
+    """Whether :func:`line_entities` may have left candidates out of *ranked* (it examines
+    :data:`LINES_EXAMINED` changed lines and keeps three times ``MAX_ENTITIES``)."""
+    return len(ranked) >= 3 * MAX_ENTITIES or len(lines) > LINES_EXAMINED
+
+
 def _candidates(
-    specific: frozenset[str], lines: Sequence[str], text: str, other: str
+    specific: frozenset[str],
+    lines: Sequence[str],
+    text: str,
+    other: str,
+    *,
+    examined: int | None = LINES_EXAMINED,
+    cap: int | None = 3 * MAX_ENTITIES,
 ) -> tuple[str, ...]:
     values = [e.partition(":")[2] for e in specific]
     named, held = set(values), "\n".join(values)
@@ -469,7 +555,8 @@ def _candidates(
     words: list[str] = []
     seen: set[str] = set()
     numbering: set[str] = set()
-    for line in lines[:LINES_EXAMINED]:
+    lines = lines[: examined if examined is not None else len(lines)]
+    for line in lines:
         stripped = line.strip()
         if not stripped.strip(_NOT_ALNUM):  # no letter or digit
             continue
@@ -499,11 +586,12 @@ def _candidates(
     positional = [e for e in telling if e.startswith("number:") and e[7:] in numbering]
     if positional:
         telling = [e for e in telling if e not in positional]
-    first, more = _one_per_line(telling, lines[:LINES_EXAMINED])
+    first, more = _one_per_line(telling, lines)
     if "Error" in text or "Exception" in text or "Warning" in text:
         whole.sort(key=lambda line: not _EXCEPTION_RE.match(line, 5))
     ranked = [*first, *whole, *more, *words, *positional]
-    return tuple(dict.fromkeys(ranked))[: 3 * MAX_ENTITIES]
+    unique = tuple(dict.fromkeys(ranked))
+    return unique if cap is None else unique[:cap]
 
 
 _EXCEPTION_RE = re.compile(r"(?:E\s+)?[A-Za-z_][\w.]*(?:Error|Exception|Warning)\b")

@@ -36,7 +36,11 @@ def test_meter_becomes_one_line_with_the_last_rows_sizes() -> None:
 def test_runs_with_other_speeds_times_and_rows_normalize_alike() -> None:
     again = "100   673    0   652  100    21   812k   1.2M  0:00:01  0:00:01 --:--:--  901k"
     slow = "  45   673    0   300  100    21   1200      9  0:00:02  0:00:01  0:00:01  1200"
-    runs = [meter([FIRST, LAST]), meter([again]), meter([FIRST, slow, again], "\r")]
+    # redrawn with \r, rows overwrite each other as on a terminal: curl writes every row at
+    # the meter's fixed width, so each one covers the last
+    width = max(map(len, (FIRST, slow, again)))
+    redrawn = [row.rjust(width) for row in (FIRST, slow, again)]
+    runs = [meter([FIRST, LAST]), meter([again]), meter(redrawn, "\r")]
     assert len({normalize(run)[0] for run in runs}) == 1
 
 

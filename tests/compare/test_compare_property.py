@@ -76,7 +76,25 @@ def os_tree(draw: st.DrawFn) -> str:
 @st.composite
 def android_screen(draw: st.DrawFn) -> str:
     rows = draw(st.lists(st.tuples(WORD, LINE), max_size=5))
-    layout = draw(st.sampled_from(["list", "state", "droidbot"]))
+    layout = draw(st.sampled_from(["list", "state", "droidbot", "m3a", "androidworld"]))
+    if layout == "m3a":  # M3A's list: values unescaped, a text may run onto the next line
+        return "\n".join(
+            f'UI element {i}: {{"index": {i}, "text": "{t}", "content_description": "{c}", '
+            f'"is_clickable": {draw(st.sampled_from(["True", "False", "None"]))}}}'
+            for i, (c, t) in enumerate(rows)
+        )
+    if layout == "androidworld":  # no package, boxes anywhere (a status bar, a strip)
+        boxes = st.tuples(*[st.integers(-50, 3000)] * 4)
+        return "\n".join(
+            f"UI element {i}: UIElement(text={t!r}, content_description={c!r}, class_name=None, "
+            f"bbox=None, bbox_pixels=BoundingBox(x_min={b[0]}, x_max={b[2]}, y_min={b[1]}, "
+            f"y_max={b[3]}), is_clickable={draw(st.booleans())}, package_name=None)"
+            for i, ((c, t), b) in enumerate(
+                zip(
+                    rows, draw(st.lists(boxes, min_size=len(rows), max_size=len(rows))), strict=True
+                )
+            )
+        )
     if layout == "list":
         return "\n".join(
             f"[{i:2d}] | {c} | text={t} res= | bounds=[0,0][10,10] | clickable"
@@ -95,6 +113,30 @@ def screen(draw: st.DrawFn) -> str:
     return f"agent@sandbox:/workspace$ {command}\n{output}\nagent@sandbox:/workspace$ "
 
 
+@st.composite
+def terminal_noise(draw: st.DrawFn) -> str:
+    """Progress redraws, carriage returns, erase escapes and ``ps`` tables, mixed."""
+    parts = st.sampled_from(
+        [
+            "\r",
+            "\x1b[K",
+            "\x1b[2K",
+            "\x1b[1K",
+            "\x1b[31m",
+            "%",
+            " 50.0%  1 of 2 [##  ] ",
+            "100%|####| 2/2",
+            "PID",
+            "  PID TTY CMD\n",
+            "  3 ? bash\n",
+            "\n",
+            "[1] 3\n",
+            "bg=",
+        ]
+    )
+    return "".join(draw(st.lists(st.one_of(parts, LINE), max_size=12)))
+
+
 def _deep(draw_depth: int) -> str:
     return "[" * draw_depth + "]" * draw_depth
 
@@ -109,6 +151,7 @@ NOISE = st.one_of(
     android_screen(),
     screen(),
     st.integers(min_value=1, max_value=3000).map(_deep),
+    terminal_noise(),
     st.tuples(search_results(), st.text(max_size=40)).map("".join),
     st.tuples(st.text(max_size=40), os_tree()).map("".join),
 )
@@ -121,6 +164,10 @@ ACTIONS: list[Action] = [
     BrowserAction(action="click('12')"),
     CodeAction(code="pyautogui.click(10, 10)"),
     AndroidAction(action_type="click", index=1),
+    CommandAction(command="sleep 0.3 & echo bg=$!; printf 'child %d\\n' $$"),
+    CommandAction(command="python3 -c 'import os; print(f\"pid={os.getpid()}\", os.getpid())'"),
+    CommandAction(command="ps -ef | grep x; pgrep -l x; pidof x; jobs -l"),
+    CommandAction(command='echo "${!}$BASHPID${PPID}"; printf "%s" $!'),
 ]
 
 
