@@ -118,6 +118,7 @@ BENCHMARK_ARGS: dict[str, list[str]] = {
     "diff_throughput.py": ["--trajectories", "30", "--depth", "10", "--scale", "3"],
     "docker_latency.py": ["--steps", "30", "--starts", "2", "--max-concurrency", "2"],
     "fault_bounds.py": [],
+    "gate_coverage.py": ["--gates", "100"],  # simulated gates; the docs' figures: no flag
     "gate_scale.py": ["--sizes", "2000,10000", "--sample", "10"],
     "images.py": ["--runs", "2", "--images", "2", "--trajectories", "4", "--rounds", "1"],
     "local_sandbox_latency.py": ["--steps", "50"],
