@@ -125,6 +125,7 @@ BENCHMARK_ARGS: dict[str, list[str]] = {
     "mcp_latency.py": ["--steps", "30", "--starts", "2"],
     "outcome_check.py": ["--rounds", "1"],
     "ray_executor.py": ["--limit", "6"],
+    "risk_auroc.py": ["--repeat", "1", "--cache", ".nox/benchmarks/replays"],
     "search_latency.py": ["--rounds", "1"],
     "simulate_concurrency.py": [],
     "startup.py": ["--runs", "3"],

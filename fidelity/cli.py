@@ -951,6 +951,10 @@ def diff(
         Path | None,
         typer.Option("--db", help="Also store the comparison as a run here (for judge, report)."),
     ] = None,
+    run: Annotated[
+        str | None,
+        typer.Option("--run", help="With --db: the run id to store it as (default: a new id)."),
+    ] = None,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -978,6 +982,8 @@ def diff(
 
     if fmt not in {"table", "jsonl", "json"}:
         raise UsageError(f"--format {fmt!r}: choose table, jsonl or json")
+    if run is not None and store_db is None:
+        raise UsageError("--run names the run stored with --db: give --db too")
     config = load_compare_config(compare_config)
 
     def write_rows(rows: list[DiffRow]) -> None:
@@ -992,7 +998,7 @@ def diff(
             sys.stdout.write("".join(text.row(row) for row in rows))
 
         on_rows = {"jsonl": write_rows, "json": write_json}[fmt] if streamed else held.extend
-        stored = store_diff(real, sim, store_db, config, on_rows=on_rows, jobs=jobs)
+        stored = store_diff(real, sim, store_db, config, run, on_rows=on_rows, jobs=jobs)
         if fmt == "json" and streamed:
             sys.stdout.write(text.end(stored.only_real, stored.only_sim) + "\n")
         err.print(f"stored as run {stored.run_id} in {_escape(stored.db)}")
@@ -1383,6 +1389,47 @@ def judge(
 def runs(db: DbOption = Path("fidelity.duckdb"), as_json: JsonOption = False) -> None:
     """List stored runs, newest first; a run whose owner process died shows as ``dead``."""
     from rich.table import Table
+
+@app.command()
+def risk(
+    dataset: Annotated[Path, typer.Argument(help="Simulated dataset (JSONL, shards, Parquet).")],
+    db: DbOption = Path("fidelity.duckdb"),
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run", help="Fit the risk on this stored run's comparisons (else the prior)."
+        ),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | jsonl")] = "table",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the table's summary as JSON instead.")
+    ] = False,
+) -> None:
+    """Score a simulated dataset's drift risk without replaying it: each step and trajectory."""
+    from fidelity.errors import UsageError
+    from fidelity.risk.score import RiskSummary, jsonl_lines, table_header, table_row
+    from fidelity.risk_data import risk_model, score_dataset
+
+    if fmt not in {"table", "jsonl"}:
+        raise UsageError(f"--format {fmt!r}: choose table or jsonl")
+    if as_json and fmt == "jsonl":
+        raise UsageError("--json summarizes the table; --format jsonl prints JSON lines already")
+    chosen = risk_model(db, run)
+    err.print(f"risk model: {_escape(chosen.description)}")
+    summary = RiskSummary()
+    if fmt == "table" and not as_json:
+        sys.stdout.write(table_header())
+    for scored in score_dataset(dataset, chosen.model):
+        summary.add(scored)
+        if fmt == "jsonl":
+            sys.stdout.writelines(jsonl_lines(scored))
+        elif not as_json:
+            sys.stdout.write(table_row(scored))
+    if as_json:
+        _print_json(summary.as_json(chosen.fitted, chosen.description, chosen.folds))
+    elif fmt == "table":
+        sys.stdout.write(summary.line() + "\n")
+
 
     from fidelity.store import Store
 

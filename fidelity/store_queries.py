@@ -201,6 +201,15 @@ def dicts(store: Store, name: str, params: Sequence[Any]) -> list[dict[str, Any]
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
+    # each simulated step with its action and drift label: the risk model's fit (fidelity.risk)
+    "risk_labelled_steps": """SELECT c.trajectory_id, c.mode, c.sample, c.depth, c.domain,
+                  s.action_json, m.text, m.exit_code, m.error, m.state, c.drift, c.infra_failure
+           FROM comparisons c
+           JOIN steps s USING (run_id, trajectory_id, depth)
+           JOIN observations m ON m.run_id = c.run_id AND m.trajectory_id = c.trajectory_id
+                AND m.depth = c.depth AND m.side = 'sim' AND m.mode = c.mode AND m.sample = c.sample
+           WHERE c.run_id = ?
+           ORDER BY c.trajectory_id, c.mode, c.sample, c.depth""",
 
 def grouped(
     store: Store, name: str, run_id: str
