@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,13 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 import fidelity
 from fidelity import pipeline
 from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT, RunSummary
+from fidelity.analysis.tallies import stored_run_evidence
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import TRUNCATE_AT
 from fidelity.errors import Interrupted, StoreError, UsageError
 from fidelity.executors import ExecutorConfig, LocalExecutor, ShardSink, get_executor
-from fidelity.policy import Verdict, evaluate, horizon_limit, load_policy
+from fidelity.gate.limits import evaluate
 from fidelity.model import Domain, Observation, Trajectory, stable_hash
 from fidelity.pipeline import SimConfig
+from fidelity.policy import Verdict, horizon_limit, load_policy
 from fidelity.resources import default_suite
 from fidelity.sandboxes import SandboxChooser, backend_for, sweep_all
 from fidelity.sandboxes.base import close_all
@@ -37,6 +39,9 @@ from fidelity.task import TrajectoryTask
 from fidelity.trust import DatasetTrust
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import needs_real_corpus
+
+if TYPE_CHECKING:
+    from fidelity.gate.evidence import Evidence
 
 _T = TypeVar("_T")
 
@@ -199,7 +204,7 @@ def run_audit(
     )
     told = _Told(len(trajectories))
     try:
-        resumed, skipped, failed, summary = asyncio.run(
+        resumed, skipped, failed, summary, evidence = asyncio.run(
             _checked_and_swept(
                 model,
                 tail.start,
@@ -211,7 +216,7 @@ def run_audit(
         )  # fmt: skip
     except KeyboardInterrupt as exc:
         raise Interrupted(told.text) from exc
-    verdict = evaluate(summary, policy) if policy else None
+    verdict = evaluate(summary, policy, evidence) if policy else None
     report = None
     write = tail.report_writer()
     if write is not None and config.report is not None:
@@ -292,10 +297,11 @@ async def _audit_run(
     limit: float,
     told: _Told,
     begin: Callable[[], object],
-) -> tuple[bool, int, list[str], RunSummary]:
+) -> tuple[bool, int, list[str], RunSummary, Evidence]:
     """Open the run, audit what is pending, summarize.
 
-    Returns (resumed, skipped trajectories, failed trajectory ids, summary). On an
+    Returns (resumed, skipped trajectories, failed trajectory ids, summary, the evidence a
+    policy is decided on). On an
     interrupt (or any failure) the run is marked ``interrupted`` and *told* says what
     the database holds.
     """
@@ -330,7 +336,8 @@ async def _audit_run(
         from fidelity.analysis.summary import summarize  # numpy: loaded beside the sandboxes
 
         summary = summarize(store, run_id, horizon_limit=limit)
-    return resumed, len(trajectories) - len(pending), failed, summary
+        evidence = stored_run_evidence(store, run_id, summary.totals.mode)
+    return resumed, len(trajectories) - len(pending), failed, summary, evidence
 
 
 class _Told:

@@ -1058,8 +1058,28 @@ def gate(
         ),
     ] = None,
     sample: Annotated[
+        str | None,
+        typer.Option(
+            "--sample",
+            help="auto (default): replay rounds of drawn trajectories until every limit is "
+            "decided; N: one sample of N draws.",
+        ),
+    ] = None,
+    max_replays: Annotated[
         int | None,
-        typer.Option("--sample", min=1, help="Replay a stratified sample of N trajectories."),
+        typer.Option(
+            "--max-replays", help="--sample auto: replay at most N distinct trajectories (1000)."
+        ),
+    ] = None,
+    max_risk: Annotated[
+        float | None,
+        typer.Option(
+            "--max-risk",
+            min=0.0,
+            max=1.0,
+            help="Quarantine every trajectory never replayed whose drift risk (fitted on the "
+            "replays; every line carries meta.risk) is over R.",
+        ),
     ] = None,
     replay_all: Annotated[bool, typer.Option("--all", help="Replay every trajectory.")] = False,
     cut_at_horizon: Annotated[
@@ -1069,7 +1089,7 @@ def gate(
     output_dir: Annotated[
         Path, typer.Option("--output-dir", "-o", help="Where admitted/quarantined/manifest go.")
     ] = Path("gate-out"),
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the stratified sample.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample's draws.")] = 0,
     sandbox: SandboxOption = None,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per step.")] = 30.0,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 2,
@@ -1122,6 +1142,8 @@ def gate(
     rules = load_policy(policy)
     if dataset is None:
         _gate_usage(sample, replay_all, cut_at_horizon, allow_root, layout)
+        if max_replays is not None or max_risk is not None:
+            raise UsageError("--max-replays and --max-risk need a DATASET argument")
         if to:
             raise UsageError("--to needs a DATASET argument")
         if image is not None:
@@ -1160,7 +1182,7 @@ def gate(
                 rules,
                 db,
                 run,
-                sample,
+                _sample(sample, replay_all, max_replays),
                 replay_all,
                 cut_at_horizon,
                 output_dir,
@@ -1178,11 +1200,14 @@ def gate(
                     "image": world.image,
                     "sandbox_options": world.options,
                     "trust": world.trust,
+                    **({"max_replays": max_replays} if max_replays is not None else {}),
+                    "max_risk": max_risk,
                     **_ray_results(executor, ray_results, ray_results_dir),
                 },
                 progress,
             )
         verdict = manifest.verdict
+        err.print(_claim_line(manifest))
         payload = manifest.model_dump_json(exclude={"decisions"})
     if junit is not None:
         from fidelity.policy import junit_xml
@@ -1195,6 +1220,8 @@ def gate(
         _render_verdict(verdict)
         if dataset is not None:
             _render_manifest(manifest)
+    for check in verdict.undecided:
+        err.print(f"undecided: {_escape(check.sentence())}")
     raise typer.Exit(verdict.exit_code)
 
 
@@ -1204,8 +1231,40 @@ def _compare_config(path: Path | None) -> Any:
     return load_compare_config(path)
 
 
+def _sample(value: str | None, replay_all: bool, max_replays: int | None) -> int | str | None:
+    """``--sample`` (auto, the default, or N >= 1) checked against ``--all`` and
+    ``--max-replays``; None: every trajectory (``--all``)."""
+    from fidelity.errors import UsageError
+
+    if max_replays is not None and max_replays < 1:
+        raise UsageError(f"--max-replays {max_replays}: give at least 1")
+    if replay_all:
+        if value is not None:
+            which = "--sample auto" if value == "auto" else "--sample"
+            raise UsageError(f"{which} and --all are exclusive: --all replays every trajectory")
+        if max_replays is not None:
+            raise UsageError("--max-replays and --all are exclusive: --all replays everything")
+        return None
+    if value is None or value == "auto":
+        return "auto"
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"--sample {value!r}: give auto or a number of draws (at least 1)")
+    if max_replays is not None:
+        raise UsageError("--max-replays goes with --sample auto, not a fixed --sample N")
+    return int(value)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def _claim_line(manifest: Any) -> str:
+    """The gate's claim about what it admitted, in one line (stderr)."""
+    return f"gate: {manifest.admitted_claim.statement}"
+
+
 def _gate_usage(
-    sample: int | None,
+    sample: str | None,
     replay_all: bool,
     cut_at_horizon: bool,
     allow_root: list[Path] | None,
@@ -1244,7 +1303,9 @@ def _layout(value: str | None) -> str:
 def _gate_run(db: Path, run: str | None, rules: Any) -> Any:
     from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT
     from fidelity.analysis.summary import summarize
-    from fidelity.policy import evaluate, horizon_limit
+    from fidelity.analysis.tallies import stored_run_evidence
+    from fidelity.gate.limits import evaluate
+    from fidelity.policy import horizon_limit
     from fidelity.store import Store
 
     with Store(db, read_only=True) as store:
@@ -1257,7 +1318,8 @@ def _gate_run(db: Path, run: str | None, rules: Any) -> Any:
             worst=0,
             detail=False,
         )
-    return evaluate(summary, rules)
+        evidence = stored_run_evidence(store, run_id, summary.totals.mode)
+    return evaluate(summary, rules, evidence)
 
 
 def _gate_dataset(
@@ -1266,7 +1328,7 @@ def _gate_dataset(
     rules: Any,
     db: Path,
     run: str | None,
-    sample: int | None,
+    sample: int | str | None,
     replay_all: bool,
     cut_at_horizon: bool,
     output_dir: Path,
@@ -1278,19 +1340,16 @@ def _gate_dataset(
     extra: dict[str, Any] | None = None,
     progress: Callable[[str, int], None] | None = None,
 ) -> Any:
-    from fidelity.errors import UsageError
     from fidelity.gate.dataset import gate_dataset
-    from fidelity.gate.options import DEFAULT_SAMPLE, GateOptions
+    from fidelity.gate.options import GateOptions
 
-    if replay_all and sample is not None:
-        raise UsageError("--sample and --all are exclusive")
     options = GateOptions(
         dataset=dataset,
         policy_path=policy,
         output_dir=output_dir,
         db=db,
         run_id=run,
-        sample=None if replay_all else (sample or DEFAULT_SAMPLE),
+        sample=sample,
         seed=seed,
         cut_at_horizon=cut_at_horizon,
         sandbox=sandbox,
@@ -1299,7 +1358,7 @@ def _gate_dataset(
         allowed_roots=allow_root,
         **(extra or {}),
     )
-    return gate_dataset(options, rules, progress)
+    return gate_dataset(options, rules, progress, getattr(progress, "bounds", None))
 
 
 @app.command()
@@ -1329,6 +1388,47 @@ def drift(
     else:
         _render_drift(result)
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def risk(
+    dataset: Annotated[Path, typer.Argument(help="Simulated dataset (JSONL, shards, Parquet).")],
+    db: DbOption = Path("fidelity.duckdb"),
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run", help="Fit the risk on this stored run's comparisons (else the prior)."
+        ),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | jsonl")] = "table",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the table's summary as JSON instead.")
+    ] = False,
+) -> None:
+    """Score a simulated dataset's drift risk without replaying it: each step and trajectory."""
+    from fidelity.errors import UsageError
+    from fidelity.risk.score import RiskSummary, jsonl_lines, table_header, table_row
+    from fidelity.risk_data import risk_model, score_dataset
+
+    if fmt not in {"table", "jsonl"}:
+        raise UsageError(f"--format {fmt!r}: choose table or jsonl")
+    if as_json and fmt == "jsonl":
+        raise UsageError("--json summarizes the table; --format jsonl prints JSON lines already")
+    chosen = risk_model(db, run)
+    err.print(f"risk model: {_escape(chosen.description)}")
+    summary = RiskSummary()
+    if fmt == "table" and not as_json:
+        sys.stdout.write(table_header())
+    for scored in score_dataset(dataset, chosen.model):
+        summary.add(scored)
+        if fmt == "jsonl":
+            sys.stdout.writelines(jsonl_lines(scored))
+        elif not as_json:
+            sys.stdout.write(table_row(scored))
+    if as_json:
+        _print_json(summary.as_json(chosen.fitted, chosen.description, chosen.folds))
+    elif fmt == "table":
+        sys.stdout.write(summary.line() + "\n")
 
 
 @app.command()
@@ -1389,47 +1489,6 @@ def judge(
 def runs(db: DbOption = Path("fidelity.duckdb"), as_json: JsonOption = False) -> None:
     """List stored runs, newest first; a run whose owner process died shows as ``dead``."""
     from rich.table import Table
-
-@app.command()
-def risk(
-    dataset: Annotated[Path, typer.Argument(help="Simulated dataset (JSONL, shards, Parquet).")],
-    db: DbOption = Path("fidelity.duckdb"),
-    run: Annotated[
-        str | None,
-        typer.Option(
-            "--run", help="Fit the risk on this stored run's comparisons (else the prior)."
-        ),
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table | jsonl")] = "table",
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the table's summary as JSON instead.")
-    ] = False,
-) -> None:
-    """Score a simulated dataset's drift risk without replaying it: each step and trajectory."""
-    from fidelity.errors import UsageError
-    from fidelity.risk.score import RiskSummary, jsonl_lines, table_header, table_row
-    from fidelity.risk_data import risk_model, score_dataset
-
-    if fmt not in {"table", "jsonl"}:
-        raise UsageError(f"--format {fmt!r}: choose table or jsonl")
-    if as_json and fmt == "jsonl":
-        raise UsageError("--json summarizes the table; --format jsonl prints JSON lines already")
-    chosen = risk_model(db, run)
-    err.print(f"risk model: {_escape(chosen.description)}")
-    summary = RiskSummary()
-    if fmt == "table" and not as_json:
-        sys.stdout.write(table_header())
-    for scored in score_dataset(dataset, chosen.model):
-        summary.add(scored)
-        if fmt == "jsonl":
-            sys.stdout.writelines(jsonl_lines(scored))
-        elif not as_json:
-            sys.stdout.write(table_row(scored))
-    if as_json:
-        _print_json(summary.as_json(chosen.fitted, chosen.description, chosen.folds))
-    elif fmt == "table":
-        sys.stdout.write(summary.line() + "\n")
-
 
     from fidelity.store import Store
 
@@ -1569,15 +1628,18 @@ def _render_audit(result: Any) -> None:
 def _render_verdict(verdict: Any) -> None:
     colour = {"pass": "green", "warn": "yellow"}.get(verdict.status, "red")
     out.print(
-        f"gate: [bold {colour}]{verdict.status.upper()}[/] (run {verdict.run_id}, {verdict.domain})"
+        f"gate: [bold {colour}]{verdict.status.upper()}[/] (run {verdict.run_id}, {verdict.domain}; "
+        f"bounds at {verdict.confidence:.0%} confidence over "
+        f"{_plural(verdict.replayed_trajectories, 'trajectory', 'trajectories')})"
     )
     for check in verdict.checks:
         mark = "[green]✓[/]" if check.passed else "[red]✗[/]"
         if not check.passed and check.severity == "warning":
             mark = "[yellow]![/]"
+        if check.decision == "undecided" and check.severity == "critical":
+            mark = "[red]?[/]"
         label = " (warning)" if check.severity == "warning" else ""
-        value = "none (nothing compared)" if check.value is None else f"{check.value:.4g}"
-        out.print(f"  {mark} {check.name}{label}: {value}")
+        out.print(f"  {mark} {_escape(check.sentence()).replace(':', label + ':', 1)}")
 
 
 def _render_manifest(manifest: Any) -> None:
@@ -1715,10 +1777,11 @@ def _progress(
 
     *labels* maps the library's phases to bar titles (default: an audit's phases).
     ``("total", n)`` opens every bar with total *n*; ``("total:PHASE", n)`` opens
-    one (``n == 0``: a total not known yet).
+    one (``n == 0``: a total not known yet). The callback's ``bounds(verdict)`` shows each
+    limit's current bound beside the replays (a dataset gate's rounds).
     """
     if quiet or not err.is_terminal:
-        yield lambda phase, n: None
+        yield _Silent()
         return
     from rich.progress import (
         BarColumn,
@@ -1728,28 +1791,58 @@ def _progress(
         TimeElapsedColumn,
     )
 
-    labels = labels or {"real": "real replay", "sim": "simulation", "compare": "compared"}
     with Progress(
         TextColumn("{task.description:>12}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
         console=err,
         transient=True,
     ) as bar:
-        tasks: dict[str, Any] = {}
+        yield _Bars(
+            bar, labels or {"real": "real replay", "sim": "simulation", "compare": "compared"}
+        )
 
-        def callback(phase: str, n: int) -> None:
-            if phase == "total":
-                for key, label in labels.items():
-                    tasks[key] = bar.add_task(label, total=n)
-            elif phase.startswith("total:") and phase[6:] in labels:  # one bar (0: unknown)
-                key = phase[6:]
-                tasks[key] = bar.add_task(labels[key], total=n or None)
-            elif phase in tasks:
-                bar.advance(tasks[phase], n)
 
-        yield callback
+class _Silent:
+    """The progress callback of ``--json`` and non-terminal runs: says nothing."""
+
+    def __call__(self, phase: str, n: int) -> None:
+        """Nothing."""
+
+    def bounds(self, verdict: Any) -> None:
+        """Nothing."""
+
+
+class _Bars:
+    """Rich bars per phase; the replay bar also shows each limit's bound after a round."""
+
+    def __init__(self, bar: Any, labels: dict[str, str]) -> None:
+        self.bar = bar
+        self.labels = labels
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, phase: str, n: int) -> None:
+        if phase == "total":
+            for key, label in self.labels.items():
+                self.tasks[key] = self.bar.add_task(label, total=n, note="")
+        elif phase.startswith("total:") and phase[6:] in self.labels:  # one bar (0: unknown)
+            key = phase[6:]
+            self.tasks[key] = self.bar.add_task(self.labels[key], total=n or None, note="")
+        elif phase in self.tasks:
+            self.bar.advance(self.tasks[phase], n)
+
+    def bounds(self, verdict: Any) -> None:
+        """``drift_rate ≤ 0.083 pass · hallucination_rate ≤ 0.21 undecided`` on the replay bar."""
+        if "real" not in self.tasks:
+            return
+        shown = [
+            f"{c.name.split(' ')[0]} ≤ {c.upper:.3g} {c.decision}"
+            for c in verdict.checks
+            if c.severity == "critical" and c.decision is not None and c.upper is not None
+        ]
+        self.bar.update(self.tasks["real"], note=_escape(" · ".join(shown)))
 
 
 @contextmanager

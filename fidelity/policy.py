@@ -3,6 +3,7 @@
 A policy file::
 
     [default]                 # applies to every domain
+    confidence = 0.95         # every limit is decided on a one-sided confidence bound
     max_drift_rate = 0.10     # share of compared steps flagged as drift
     max_hallucination_rate = 0.05
     min_trust_horizon = 3     # depth up to which drift stays <= max_drift_rate
@@ -16,6 +17,12 @@ A policy file::
 
     [domains.terminal.warn]   # the same limits as warnings: reported, exit 0
     max_hallucination_rate = 0.01
+
+Every rate limit is decided on a one-sided confidence bound at ``confidence`` (default
+0.95), the trajectory being the sampling unit (:mod:`fidelity.gate.bounds`): a limit
+passes when its bound is on the right side, fails when the opposite bound is over it, and
+is otherwise **undecided**, which fails the gate and says about how many more
+trajectories would decide it.
 
 Limits at the top of a table are **critical** (a failure fails the gate, exit 1);
 limits under ``warn`` only turn a pass into ``warn``. ``[default.warn]`` applies
@@ -62,6 +69,9 @@ DEFAULT_MAX_INFRA_FAILURE_RATE = 0.05
 DEFAULT_MAX_UNVERIFIABLE_RATE = 0.05
 """Unverifiable-trajectory limit in force when a policy sets none: 5% of the trajectories."""
 
+DEFAULT_CONFIDENCE = 0.95
+"""The confidence of every limit's bound when a policy sets none."""
+
 DEFAULT_MAX_OUTCOME_UNVERIFIABLE_RATE = 0.05
 """Limit on claims whose real check could not run, in force when a policy sets none."""
 
@@ -73,6 +83,12 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    confidence: float | None = Field(
+        default=None,
+        gt=0.5,
+        lt=1,
+        description="confidence of the one-sided bound every limit is decided on (0.95 when unset)",
+    )
     max_drift_rate: float | None = Field(default=None, ge=0, le=1)
     max_hallucination_rate: float | None = Field(default=None, ge=0, le=1)
     min_trust_horizon: int | None = Field(default=None, ge=0)
@@ -135,25 +151,54 @@ class Policy(BaseModel):
             merged["max_unverifiable_rate"] = DEFAULT_MAX_UNVERIFIABLE_RATE
         if merged["max_outcome_unverifiable_rate"] is None:
             merged["max_outcome_unverifiable_rate"] = DEFAULT_MAX_OUTCOME_UNVERIFIABLE_RATE
+        if merged["confidence"] is None:
+            merged["confidence"] = DEFAULT_CONFIDENCE
         return Thresholds(**merged)
 
     def warnings_for(self, domain: str) -> Thresholds:
-        """The warning-only thresholds in force for *domain*."""
+        """The warning-only thresholds in force for *domain* (at the critical limits'
+        confidence unless the ``warn`` table sets its own)."""
         override = self.domains.get(Domain(domain))
-        base = self.default.warn.model_dump()
-        if override is None:
-            return Thresholds(**base)
-        return Thresholds(**(base | override.warn.model_dump(exclude_none=True)))
+        merged = self.default.warn.model_dump()
+        if override is not None:
+            merged |= override.warn.model_dump(exclude_none=True)
+        if merged["confidence"] is None:
+            merged["confidence"] = self.for_domain(domain).confidence
+        return Thresholds(**merged)
 
 
 class Check(BaseModel):
     """One policy check and its outcome."""
 
     name: str
-    value: float | None = Field(description="None: nothing to measure (no step compared)")
+    value: float | None = Field(description="the estimate (None: nothing to measure)")
     limit: float
     passed: bool
     severity: Literal["critical", "warning"] = "critical"
+    lower: float | None = Field(default=None, description="one-sided lower confidence bound")
+    upper: float | None = Field(default=None, description="one-sided upper confidence bound")
+    decision: Literal["pass", "fail", "undecided"] | None = Field(
+        default=None,
+        description="pass: the bound is on the right side of the limit; fail: the opposite "
+        "bound is over it; undecided: neither (the gate fails). None: a count, not a bound",
+    )
+    more: int | None = Field(
+        default=None,
+        description="undecided: about how many more trajectories would decide it, if they "
+        "look like those seen",
+    )
+
+    def sentence(self) -> str:
+        """The check in one line: its estimate, bounds and decision."""
+        value = "none (nothing compared)" if self.value is None else f"{self.value:.4g}"
+        if self.decision is None:
+            return f"{self.name}: {value}"
+        bounds = f"[{_fmt(self.lower)}, {_fmt(self.upper)}]"
+        text = f"{self.name}: {value} {bounds} {self.decision}"
+        if self.decision == "undecided":
+            more = "" if self.more is None else f"about {self.more:,} more trajectories"
+            text += f" ({more or 'more trajectories'} would decide it)"
+        return text
 
 
 class Verdict(BaseModel):
@@ -163,6 +208,18 @@ class Verdict(BaseModel):
     run_id: str
     domain: str
     checks: list[Check]
+    confidence: float = Field(
+        default=DEFAULT_CONFIDENCE, description="the critical limits' bounds' confidence"
+    )
+    replayed_trajectories: int = Field(
+        default=0, description="distinct trajectories replayed for real (the sample)"
+    )
+    draws: int = Field(default=0, description="draws of the sample (a trajectory drawn twice: 2)")
+
+    @property
+    def undecided(self) -> list[Check]:
+        """The critical checks neither passed nor failed (each fails the gate)."""
+        return [c for c in self.checks if c.decision == "undecided" and c.severity == "critical"]
 
     @property
     def exit_code(self) -> int:
@@ -190,24 +247,6 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     return policy
 
 
-def evaluate(summary: RunSummary, policy: Policy) -> Verdict:
-    """Apply *policy* to a run summary (computed with horizon limit = max drift rate).
-
-    Besides the policy's own limits, the infrastructure-failure limit and "at least
-    one compared step" always apply, and a domain with no quality limit fails.
-    """
-    domain = summary.run.domain
-    limits = policy.for_domain(domain)
-    checks = _checks(summary, limits, "critical") + _guard_checks(summary.totals, limits)
-    checks += _checks(summary, policy.warnings_for(domain), "warning")
-    status: Literal["pass", "warn", "fail"] = "pass"
-    if any(not c.passed and c.severity == "critical" for c in checks):
-        status = "fail"
-    elif any(not c.passed for c in checks):
-        status = "warn"
-    return Verdict(status=status, run_id=summary.run.run_id, domain=domain, checks=checks)
-
-
 def junit_xml(verdict: Verdict, suite: str = "fidelity gate") -> str:
     """The verdict as JUnit XML: one test case per check; a failed critical check fails.
 
@@ -231,8 +270,7 @@ def junit_xml(verdict: Verdict, suite: str = "fidelity gate") -> str:
         case = ElementTree.SubElement(
             root, "testcase", classname=f"fidelity.gate.{verdict.domain}", name=check.name
         )
-        value = "none (nothing compared)" if check.value is None else f"{check.value:.6g}"
-        message = f"{check.name}: value {value} (limit {check.limit:g})"
+        message = f"{check.sentence()} (limit {check.limit:g})"
         if check.passed:
             continue
         if check.severity == "critical":
@@ -243,45 +281,11 @@ def junit_xml(verdict: Verdict, suite: str = "fidelity gate") -> str:
     return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _checks(summary: RunSummary, limits: Thresholds, severity: str) -> list[Check]:
-    totals = summary.totals
-    checks: list[Check] = []
-    if limits.max_drift_rate is not None:
-        checks.append(_at_most("drift_rate", totals.drift_rate, limits.max_drift_rate))
-    if limits.max_hallucination_rate is not None:
-        checks.append(
-            _at_most("hallucination_rate", totals.hallucination_rate, limits.max_hallucination_rate)
-        )
-    if limits.min_trust_horizon is not None:
-        checks.append(_at_least("trust_horizon", totals.trust_horizon, limits.min_trust_horizon))
-    if limits.min_steps is not None:
-        checks.append(_at_least("compared_steps", totals.compared_steps, limits.min_steps))
-    if limits.max_infra_failure_rate is not None:
-        checks.append(
-            _at_most(
-                "infra_failure_rate", infra_failure_rate(totals), limits.max_infra_failure_rate
-            )
-        )
-    if limits.max_unverifiable_rate is not None:
-        checks.append(
-            _at_most("unverifiable_rate", unverifiable_rate(totals), limits.max_unverifiable_rate)
-        )
-    rate = false_success_rate(summary)
-    if limits.max_false_success_rate is not None and rate is not None:
-        checks.append(_at_most("false_success_rate", rate, limits.max_false_success_rate))
-    uncheckable = outcome_unverifiable_rate(summary)
-    if limits.max_outcome_unverifiable_rate is not None and uncheckable is not None:
-        checks.append(
-            _at_most("outcome_unverifiable_rate", uncheckable, limits.max_outcome_unverifiable_rate)
-        )
-    return [c.model_copy(update={"severity": severity}) for c in checks]
-
-
-def _guard_checks(totals: Totals, limits: Thresholds) -> list[Check]:
+def guard_checks(totals: Totals, limits: Thresholds) -> list[Check]:
     """The critical checks no policy can leave out: some compared step, some quality limit."""
     checks: list[Check] = []
     if limits.min_steps is None or limits.min_steps < 1:
-        checks.append(_at_least("compared_steps", totals.compared_steps, 1))
+        checks.append(at_least("compared_steps", totals.compared_steps, 1))
     if not limits.checks_quality():
         checks.append(
             Check(
@@ -331,11 +335,11 @@ def horizon_limit(policy: Policy, domain: str, fallback: float) -> float:
     return fallback if limit is None else limit
 
 
-def _at_most(name: str, value: float | None, limit: float) -> Check:
-    passed = value is not None and value <= limit
-    return Check(name=f"{name} <= {limit:g}", value=value, limit=limit, passed=passed)
-
-
-def _at_least(name: str, value: float | None, limit: float) -> Check:
+def at_least(name: str, value: float | None, limit: float) -> Check:
+    """A count check: *value* at least *limit* (no bound: a count is known)."""
     passed = value is not None and value >= limit
     return Check(name=f"{name} >= {limit:g}", value=value, limit=limit, passed=passed)
+
+
+def _fmt(value: float | None) -> str:
+    return "?" if value is None else f"{value:.4g}"

@@ -796,6 +796,20 @@ class Store:
                 [status, _now(), run_id],
             )
 
+    def record_gate(self, run_id: str, claim: dict[str, Any]) -> None:
+        """Keep a dataset gate's claim (its limits' bounds, what it admitted) with *run_id*,
+        in the run's ``config`` under ``gate_claim`` (the report's gate section reads it)."""
+        row = self.connection.execute(
+            "SELECT config FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"{self.path}: no run {run_id!r}")
+        config = {**json.loads(row[0]), "gate_claim": claim}
+        with self._writing("write to"):
+            self.connection.execute(
+                "UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(config), run_id]
+            )
+
     def done_trajectories(self, run_id: str) -> set[str]:
         """Ids of the trajectories of *run_id* stored whole."""
         rows = self.connection.execute(

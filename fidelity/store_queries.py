@@ -145,6 +145,26 @@ QUERIES: dict[str, str] = {
            FROM trajectories t
            WHERE t.run_id = ? AND starts_with(t.error, ?)
            ORDER BY t.trajectory_id""",
+    # per stored trajectory of a run (the mode filter on its comparisons): what the gate's
+    # confidence bounds count, the trajectory being the sampling unit
+    "gate_tallies": f"""SELECT t.trajectory_id, t.n_steps, t.error,
+                  count(c.depth) AS rows,
+                  count(c.depth) FILTER (WHERE c.drift AND NOT c.infra_failure) AS drift,
+                  count(c.depth) FILTER (WHERE len(c.hallucinations) > 0
+                                         AND NOT c.infra_failure) AS halluc,
+                  count(c.depth) FILTER (WHERE c.infra_failure) AS infra,
+                  coalesce(list(DISTINCT c.depth) FILTER (WHERE c.drift AND NOT c.infra_failure),
+                           []) AS drift_depths,
+                  coalesce(list(DISTINCT c.depth) FILTER (WHERE c.infra_failure), [])
+                      AS infra_depths,
+                  any_value(o.claimed_success) AS claimed, any_value(o.real_status) AS real
+           FROM trajectories t
+           LEFT JOIN comparisons c ON c.run_id = t.run_id AND c.trajectory_id = t.trajectory_id
+                AND {MODE_FILTER}
+           LEFT JOIN outcomes o ON o.run_id = t.run_id AND o.trajectory_id = t.trajectory_id
+           WHERE t.run_id = ? AND t.status <> 'replayed'
+           GROUP BY t.trajectory_id, t.n_steps, t.error
+           ORDER BY t.trajectory_id""",
     "outcomes": """SELECT t.domain, o.trajectory_id, o.claimed_success, o.real_status,
                   o.real_reason, o.check_exit_code,
                   (SELECT min(c.depth) FROM comparisons c
@@ -181,6 +201,15 @@ QUERIES: dict[str, str] = {
            WHERE c.run_id = ? AND NOT c.infra_failure AND {MODE_FILTER}
            ORDER BY c.drift DESC, c.score ASC, c.trajectory_id, c.depth
            LIMIT ?""",
+    # each simulated step with its action and drift label: the risk model's fit (fidelity.risk)
+    "risk_labelled_steps": """SELECT c.trajectory_id, c.mode, c.sample, c.depth, c.domain,
+                  s.action_json, m.text, m.exit_code, m.error, m.state, c.drift, c.infra_failure
+           FROM comparisons c
+           JOIN steps s USING (run_id, trajectory_id, depth)
+           JOIN observations m ON m.run_id = c.run_id AND m.trajectory_id = c.trajectory_id
+                AND m.depth = c.depth AND m.side = 'sim' AND m.mode = c.mode AND m.sample = c.sample
+           WHERE c.run_id = ?
+           ORDER BY c.trajectory_id, c.mode, c.sample, c.depth""",
 }
 """Every named read."""
 
@@ -201,15 +230,6 @@ def dicts(store: Store, name: str, params: Sequence[Any]) -> list[dict[str, Any]
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
-    # each simulated step with its action and drift label: the risk model's fit (fidelity.risk)
-    "risk_labelled_steps": """SELECT c.trajectory_id, c.mode, c.sample, c.depth, c.domain,
-                  s.action_json, m.text, m.exit_code, m.error, m.state, c.drift, c.infra_failure
-           FROM comparisons c
-           JOIN steps s USING (run_id, trajectory_id, depth)
-           JOIN observations m ON m.run_id = c.run_id AND m.trajectory_id = c.trajectory_id
-                AND m.depth = c.depth AND m.side = 'sim' AND m.mode = c.mode AND m.sample = c.sample
-           WHERE c.run_id = ?
-           ORDER BY c.trajectory_id, c.mode, c.sample, c.depth""",
 
 def grouped(
     store: Store, name: str, run_id: str

@@ -144,7 +144,11 @@ def test_audit_gate_report_runs(tmp_path: Path) -> None:
     db, html = tmp_path / "f.duckdb", tmp_path / "r.html"
     strict, lenient = tmp_path / "strict.toml", tmp_path / "lenient.toml"
     strict.write_text("[default]\nmax_drift_rate = 0.0\n")
-    lenient.write_text("[default]\nmax_drift_rate = 1.0\nmin_steps = 1\n")
+    # two trajectories decide no 5% limit: the lenient policy turns those off explicitly
+    lenient.write_text(
+        "[default]\nmax_drift_rate = 1.0\nmin_steps = 1\nmax_infra_failure_rate = 1.0\n"
+        "max_unverifiable_rate = 1.0\n"
+    )
 
     audited = invoke(
         "audit",
@@ -169,7 +173,10 @@ def test_audit_gate_report_runs(tmp_path: Path) -> None:
     assert failed.exit_code == 1
     assert json.loads(failed.stdout)["status"] == "fail"
     passed = invoke("gate", "--policy", lenient, "--db", db, "--run", "r1")
-    assert passed.exit_code == 0 and passed.stdout.startswith("gate: PASS (run r1, terminal)")
+    assert passed.exit_code == 0, passed.output
+    assert passed.stdout.startswith(
+        "gate: PASS (run r1, terminal; bounds at 95% confidence over 2 trajectories)"
+    )
 
     gated = invoke(
         "audit",
@@ -404,7 +411,9 @@ def test_a_world_model_outage_fails_the_gate(
     )
     assert audited.exit_code == 1, audited.output
     assert "gate: FAIL" in audited.stdout
-    assert "✗ infra_failure_rate <= 0.05: 1" in audited.stdout
+    # one trajectory bounds nothing: its limits stay undecided, which fails the gate too
+    assert "? infra_failure_rate <= 0.05: 1 [0, 1] undecided" in audited.stdout
+    assert "? drift_rate <= 0.5: none (nothing compared) [0, 1] undecided (" in audited.stdout
     assert "✗ compared_steps >= 1: 0" in audited.stdout
     gated = invoke("gate", "--policy", policy, "--db", db, "--json")
     assert gated.exit_code == 1
@@ -412,7 +421,12 @@ def test_a_world_model_outage_fails_the_gate(
     assert verdict["status"] == "fail"
     failed = {c["name"] for c in verdict["checks"] if not c["passed"]}
     # nothing was compared: the drift limit has no figure to pass on either
-    assert failed == {"drift_rate <= 0.5", "infra_failure_rate <= 0.05", "compared_steps >= 1"}
+    assert failed == {
+        "drift_rate <= 0.5",
+        "infra_failure_rate <= 0.05",
+        "unverifiable_rate <= 0.05",
+        "compared_steps >= 1",
+    }
 
 
 def test_ray_results_need_the_ray_executor(tmp_path: Path) -> None:

@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 from xml.etree import ElementTree
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.gate.sample import stratified_sample
+from fidelity.gate.design import MixtureDesign
+from fidelity.gate.sample import plan
 from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.store import Store
 
@@ -121,13 +123,16 @@ def test_gate_fails_quarantines_unverified_and_writes_junit_failure(
     assert result.exit_code == 1, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     counts = manifest["counts"]
-    assert counts["sampled"] == 2 and counts["admitted_unverified"] == 0
+    assert counts["sampled"] == manifest["replayed_trajectories"] <= 2  # two draws
+    assert counts["admitted_unverified"] == 0
     assert counts["admitted"] + counts["quarantined"] == 6
     assert manifest["verdict"]["status"] == "fail"
     severities = {c["severity"] for c in manifest["verdict"]["checks"]}
     assert severities == {"critical", "warning"}
     failures = ElementTree.parse(junit).getroot().findall("testcase/failure")
-    assert [f.get("type") for f in failures] == ["critical"]
+    # two draws decide nothing: every bounded limit is undecided, which fails it
+    assert {f.get("type") for f in failures} == {"critical"}
+    assert any("drift_rate <= 0.1" in str(f.get("message")) for f in failures)
 
 
 def test_gate_usage_errors(tmp_path: Path, db_path: Path) -> None:
@@ -162,21 +167,20 @@ def test_gate_usage_errors(tmp_path: Path, db_path: Path) -> None:
     assert not db_path.exists()
 
 
-def test_stratified_sample_covers_every_stratum() -> None:
-    def trajectory(tid: str, length: int) -> Trajectory:
-        steps = [Step(action=CommandAction(command="ls")) for _ in range(length)]
-        return Trajectory(id=tid, domain="terminal", steps=steps)
-
-    data = [trajectory(f"s{i}", 2) for i in range(90)] + [
-        trajectory(f"l{i}", 30) for i in range(10)
-    ]
-    chosen = stratified_sample(data, 10, seed=1)
-    assert len(chosen) == 10 and chosen == sorted(chosen)
-    assert sum(i >= 90 for i in chosen) == 1  # the long stratum: 10% of the data
-    assert chosen == stratified_sample(data, 10, seed=1)
-    assert stratified_sample(data, None, seed=1) == list(range(100))
-    small = stratified_sample(data[:89] + data[90:91], 2, seed=3)
-    assert 89 in small  # a stratum of one still gets its trajectory
+def test_the_plan_draws_by_seed_and_stops_at_the_replay_budget() -> None:
+    """Draws are i.i.d. from the design, the same however they are split; a sequential plan
+    ends once it reaches max_replays distinct trajectories (or all of a small dataset)."""
+    lengths = np.array([2] * 90 + [30] * 10)
+    design = MixtureDesign(lengths)
+    fixed = plan(design, seed=1, draws=40, max_replays=1000)
+    assert len(fixed) == 40 and fixed.tolist() == plan(design, 1, 40, 1000).tolist()
+    assert fixed.tolist() != plan(design, 2, 40, 1000).tolist()
+    # the long trajectories hold 62% of the steps: they are drawn far more than 10% of the time
+    long_share = float((plan(design, 3, 4000, 1000) >= 90).mean())
+    assert 0.30 < long_share < 0.42  # q = 0.5 * 0.625 + 0.5 * 0.1 = 0.3625
+    sequential = plan(design, seed=1, draws=None, max_replays=25)
+    assert len(set(sequential.tolist())) == 25 and sequential[-1] not in sequential[:-1]
+    assert len(set(plan(design, seed=1, draws=None, max_replays=1000).tolist())) == 100
 
 
 # -- a dataset is untrusted input: its paths stay inside the allowed roots ---------------
@@ -319,12 +323,14 @@ def test_the_gate_reports_the_progress_of_each_pass(
     heard: list[tuple[str, int]] = []
     gate_dataset(options, load_policy(policy), lambda phase, n: heard.append((phase, n)))
     opened = [(phase, n) for phase, n in heard if phase.startswith("total:")]
-    assert opened == [("total:scan", 0), ("total:real", 2), ("total:write", 5)]
+    replayed = dict(opened)["total:real"]
+    assert 1 <= replayed <= 2  # two draws, with replacement
+    assert opened == [("total:scan", 0), ("total:real", replayed), ("total:write", 5)]
     advanced: dict[str, int] = {}
     for phase, n in heard:
         if not phase.startswith("total:"):
             advanced[phase] = advanced.get(phase, 0) + n
-    assert advanced == {"scan": 5, "real": 2, "write": 5}
+    assert advanced == {"scan": 5, "real": replayed, "write": 5}
 
 
 # -- the sharded layout: one file per input shard, renamed into place once all are written ------
@@ -498,3 +504,69 @@ def test_gate_to_refuses_an_unknown_format_and_a_stored_run(tmp_path: Path, db_p
         app, ["gate", "--policy", str(policy), "--to", "verl", "--db", str(db_path)]
     )
     assert stored.exit_code == 2 and "--to needs a DATASET" in stored.output
+
+
+# -- the drift risk of every line, and the trajectories never replayed above --max-risk -----
+
+
+@pytest.mark.bwrap
+def test_every_line_carries_its_risk_and_max_risk_quarantines_unreplayed_ones(
+    tmp_path: Path, db_path: Path, bwrap: None
+) -> None:
+    drift = {f"t{i}": (2 if i % 3 == 0 else None) for i in range(12)}
+    dataset = _dataset(tmp_path, drift)
+    lenient = "max_infra_failure_rate = 1.0\nmax_unverifiable_rate = 1.0\n"
+    policy = _policy(tmp_path, f"[default]\nmax_drift_rate = 1.0\n{lenient}")
+    args = ["gate", str(dataset), "--policy", str(policy), "--sample", "4", "--db", str(db_path)]
+    plain = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "plain"), "--run", "plain"])
+    assert plain.exit_code == 0, plain.output
+    lines = [
+        json.loads(line)
+        for name in ("admitted.jsonl", "quarantined.jsonl")
+        for line in (tmp_path / "plain" / name).read_text().splitlines()
+    ]
+    assert len(lines) == 12
+    for line in lines:
+        risk, steps = line["meta"]["risk"], line["meta"]["step_risks"]
+        assert 0 < risk < 1 and len(steps) == len(COMMANDS)
+        assert risk == pytest.approx(1 - np.prod([1 - r for r in steps]), abs=1e-5)
+    decisions = [
+        json.loads(line)
+        for line in (tmp_path / "plain" / "decisions.jsonl").read_text().splitlines()
+    ]
+    assert all(d["risk"] is not None for d in decisions)
+    # a threshold under every risk: what was never replayed is quarantined, cause "risk"
+    strict = CliRunner().invoke(
+        app, [*args, "-o", str(tmp_path / "strict"), "--run", "strict", "--max-risk", "0"]
+    )
+    assert strict.exit_code == 0, strict.output
+    quarantined = read_trajectories(tmp_path / "strict" / "quarantined.jsonl")
+    unreplayed = [t for t in quarantined if t.meta["quarantine_reason"] == "risk"]
+    manifest = json.loads((tmp_path / "strict" / "manifest.json").read_text())
+    assert len(unreplayed) == 12 - manifest["replayed_trajectories"] > 0
+    assert manifest["counts"]["admitted_unverified"] == 0
+    assert all("over --max-risk 0" in t.meta["quarantine_detail"] for t in unreplayed)
+
+
+@pytest.mark.bwrap
+def test_a_rerun_with_the_same_run_goes_on_from_the_stored_replays(
+    tmp_path: Path, db_path: Path, bwrap: None
+) -> None:
+    """Draws depend only on the seed: a gate stopped after its first draws (here: a fixed
+    sample of them) and run again with the same --run replays only the draws after them."""
+    from fidelity.gate import GateOptions, gate_dataset, load_policy
+
+    dataset = _dataset(tmp_path, {f"t{i}": None for i in range(30)})
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.2\n")
+    first = GateOptions(
+        dataset=dataset, policy_path=policy, output_dir=tmp_path / "a", db=db_path,
+        run_id="r", sample=5,
+    )  # fmt: skip
+    stopped = gate_dataset(first, load_policy(policy))
+    heard: list[int] = []
+    again = first.model_copy(update={"sample": "auto", "output_dir": tmp_path / "b"})
+    resumed = gate_dataset(
+        again, load_policy(policy), lambda phase, n: heard.append(n) if phase == "real" else None
+    )
+    assert resumed.replayed_trajectories > stopped.replayed_trajectories
+    assert sum(heard) == resumed.replayed_trajectories - stopped.replayed_trajectories

@@ -12,8 +12,10 @@ import pytest
 
 from fidelity.analysis.models import OutcomeTable
 from fidelity.analysis.summary import summarize
+from fidelity.analysis.tallies import read_tallies
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.gate import GateOptions, evaluate, gate_dataset, load_policy
+from fidelity.gate.evidence import population_evidence
 from fidelity.model import Outcome, Step, Trajectory
 from fidelity.pipeline import load_suite, replay
 from fidelity.report.html import render_report
@@ -164,6 +166,8 @@ def test_labelled_swe_dataset_gives_the_labelled_table(labelled: Path, tmp_path:
     manifest = gate_dataset(options, load_policy(policy))
     with Store(db, read_only=True) as store:
         summary = summarize(store, "swe-labelled")
+        # --all replayed the whole dataset: its rates are known (the gate's exact evidence)
+        evidence = population_evidence(list(read_tallies(store, "swe-labelled").values()))
     [figures] = summary.outcomes
     counts = Counter(labels.values())
     assert figures.domain == "swe" and figures.unverifiable == 0
@@ -190,7 +194,7 @@ def test_labelled_swe_dataset_gives_the_labelled_table(labelled: Path, tmp_path:
     assert manifest.verdict.exit_code == 0  # 3 of 6 claimed successes are false: 0.5 <= 0.5
     stricter = tmp_path / "stricter.toml"
     stricter.write_text("[default]\nmax_drift_rate = 0.5\nmax_false_success_rate = 0.4\n")
-    verdict = evaluate(summary, load_policy(stricter))
+    verdict = evaluate(summary, load_policy(stricter), evidence)
     assert verdict.exit_code == 1
     [failed] = [c for c in verdict.checks if not c.passed]
     assert failed.name.startswith("false_success_rate") and failed.value == 0.5

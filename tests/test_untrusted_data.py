@@ -397,3 +397,18 @@ def test_a_trusted_reset_reads_no_secret_into_any_output(tmp_path: Path) -> None
         done.stderr,
     ):
         assert SECRET not in text
+
+
+def test_options_of_another_backend_are_left_out_not_refused() -> None:
+    """A [sites] table in a defaults file broke a docker replay ("sites: Extra inputs are
+    not permitted", naming neither the file nor the reason): world options a backend does
+    not take are left out; an option no backend knows is still refused."""
+    from fidelity.sandboxes import sandbox_config
+
+    world = {"sites": {"shop": {"url": "http://shop.test"}}, "trust_commands": True}
+    docker = sandbox_config("terminal", "docker", {**world, "pull": True})
+    assert docker.type == "docker" and docker.pull is True  # type: ignore[attr-defined]
+    browser = sandbox_config("web", None, {**world, "pull": True, "instances": None})
+    assert browser.trust_commands is True  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="sandbox 'docker': bogus: Extra inputs"):
+        sandbox_config("terminal", "docker", {"bogus": 1})

@@ -8,57 +8,30 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fidelity.analysis.models import RunInfo, RunSummary, Totals
 from fidelity.analysis.summary import summarize
 from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.gate import Policy, evaluate
+from fidelity.gate import Policy
 from fidelity.model import CommandAction, EnvSpec, Observation, Step, Trajectory
 from fidelity.sandboxes.images import ensure_image
 from fidelity.sandboxes.pool import close_pools
 from fidelity.store import Store
+from tests.runs import judged, tally
 
 MISSING = "fidelity-no-such-image:never"
 WORDS = ["alpha", "beta", "gamma"]
 
 
-def _summary(trajectories: int, unverifiable: int, steps: int = 3) -> RunSummary:
-    """A run of *trajectories* of *steps* steps, *unverifiable* of them (all their steps failed)."""
-    lost = unverifiable * steps
-    run = RunInfo(
-        run_id="r",
-        started_at="2026-11-20T00:00:00",
-        status="done",
-        domain="terminal",
-        sandbox="docker",
-        mode="teacher-forced",
-        suite="s",
-        code_version="v",
-    )
-    totals = Totals(
-        trajectories=trajectories,
-        steps=trajectories * steps,
-        compared_steps=trajectories * steps - lost,
-        infra_failures=lost,
-        drift_rate=0.0,
-        hallucination_rate=0.0,
-        mean_score=1.0,
-        trust_horizon=steps,
-        horizon_limit=0.1,
-        unverifiable=unverifiable,
-        unverifiable_steps=lost,
-    )
-    return RunSummary(run=run, totals=totals, by_depth=[], by_action=[], worst=[])
-
-
-def _failed(policy: Policy, summary: RunSummary) -> list[str]:
-    return [c.name for c in evaluate(summary, policy).checks if not c.passed]
+def _failed(policy: Policy, trajectories: int, unverifiable: int) -> list[str]:
+    """The failed checks of a run of *trajectories* faithful ones, *unverifiable* of them."""
+    tallies = [tally(i, 3, unverifiable=i < unverifiable) for i in range(trajectories)]
+    return [c.name for c in judged(tallies, policy).checks if not c.passed]
 
 
 def test_the_unverifiable_rate_is_bounded_by_default() -> None:
     policy = Policy.model_validate({"default": {"max_drift_rate": 0.1}})
-    assert _failed(policy, _summary(100, 5)) == []
-    assert _failed(policy, _summary(100, 6)) == ["unverifiable_rate <= 0.05"]
+    assert _failed(policy, 1000, 20) == []  # 2%: its upper bound under 5%
+    assert _failed(policy, 1000, 100) == ["unverifiable_rate <= 0.05"]  # 10%: over
 
 
 def test_the_unverifiable_limit_is_per_domain_and_kept_out_of_the_infra_rate() -> None:
@@ -68,9 +41,9 @@ def test_the_unverifiable_limit_is_per_domain_and_kept_out_of_the_infra_rate() -
             "domains": {"terminal": {"max_unverifiable_rate": 0.5}},
         }
     )
-    # a quarter of the trajectories lost: their steps do not count as infrastructure failures
-    assert _failed(policy, _summary(4, 1)) == []
-    assert _failed(policy, _summary(4, 3)) == ["unverifiable_rate <= 0.5"]
+    # a tenth of the trajectories lost: their steps do not count as infrastructure failures
+    assert _failed(policy, 400, 40) == []
+    assert _failed(policy, 400, 300) == ["unverifiable_rate <= 0.5"]
     assert Policy().for_domain("web").max_unverifiable_rate == 0.05
 
 

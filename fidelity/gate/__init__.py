@@ -8,9 +8,10 @@
 - :mod:`~fidelity.gate.write`: pass 3, every trajectory decided, written, staged, installed;
 - :mod:`~fidelity.gate.dataset`: :func:`gate_dataset`, the flow through them.
 
-Its policy (limits, verdicts) lives in :mod:`fidelity.policy`; the names that module
-exports are re-exported here for code that imported them from ``fidelity.gate`` before
-the policy had a module of its own. The dataset gate's own names load when first used
+Its policy (limits, verdicts) lives in :mod:`fidelity.policy`, the decision of each limit
+on its confidence bounds in :mod:`~fidelity.gate.limits` (:func:`evaluate`); their names
+are re-exported here for code that imported them from ``fidelity.gate`` before the policy
+had a module of its own. The dataset gate's own names load when first used
 (``fidelity gate --run`` needs the policy only).
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fidelity.gate.limits import evaluate
 from fidelity.policy import (
     DEFAULT_MAX_INFRA_FAILURE_RATE,
     DEFAULT_MAX_OUTCOME_UNVERIFIABLE_RATE,
@@ -27,7 +29,6 @@ from fidelity.policy import (
     Policy,
     Thresholds,
     Verdict,
-    evaluate,
     false_success_rate,
     horizon_limit,
     infra_failure_rate,

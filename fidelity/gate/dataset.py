@@ -1,20 +1,23 @@
 """``fidelity gate DATASET.jsonl``: verify a simulated dataset against reality before training.
 
 The dataset is streamed (JSONL, ``.jsonl.gz``/``.jsonl.zst``, Parquet, or a folder
-or glob of shards: :mod:`fidelity.formats.dataset`); memory stays flat in its size.
+or glob of shards: :mod:`fidelity.formats.dataset`); memory holds 12 bytes a
+trajectory (its length and id hash), never the dataset.
 
-1. Read and validate the dataset (every step must carry its simulated
-   observation) while drawing a stratified sample of trajectories (by domain
-   and trajectory length, proportional, at least one per stratum, seeded) or
-   taking them all; nothing is written before this pass ends.
-2. Read again, keeping only the sampled lines.
-3. Replay the sampled action sequences in real sandboxes, compare each recorded
-   (simulated) observation with the real one, and store the comparisons as a
-   run in DuckDB (``fidelity report --run ID`` shows it).
-4. Apply the policy to the run: critical checks fail the gate, warnings warn.
+1. Read and validate the dataset (every step must carry its simulated observation;
+   no line may name a host command or site the operator did not allow), keeping each
+   trajectory's length; nothing is written before this pass ends (:mod:`.scan`).
+2. Plan the draws (:mod:`.sample`: i.i.d. from a length-weighted mixture, seeded) and
+   read the lines they may replay into a spool.
+3. Replay the drawn action sequences in real sandboxes in rounds, compare each recorded
+   (simulated) observation with the real one, store the comparisons as a run in DuckDB
+   (``fidelity report --run ID`` shows it), and decide every limit of the policy on its
+   confidence bound after each round (:mod:`.rounds`, :mod:`.limits`): ``--sample auto``
+   stops when every limit is decided.
+4. Critical checks fail the gate (an undecided one too), warnings warn.
 5. Read a third time, decide per trajectory and write it to ``admitted.jsonl`` or
    ``quarantined.jsonl`` as it is decided, its decision to ``decisions.jsonl``,
-   and then ``manifest.json``:
+   and then ``manifest.json`` (with the bounds of every limit and on what was admitted):
 
    - a verified trajectory with no drifting step is admitted whole;
    - a verified trajectory that drifts is, with ``cut_at_horizon``, admitted cut
@@ -28,13 +31,12 @@ or glob of shards: :mod:`fidelity.formats.dataset`); memory stays flat in its si
      pullable, its site down, its build failed) is ``unverifiable``: never admitted,
      written to ``quarantined.jsonl`` with ``quarantine_reason: "unverifiable"`` and the
      reason; the policy's ``max_unverifiable_rate`` bounds how many there may be;
-   - an unverified trajectory (not in the sample) follows the verdict: admitted
-     on pass or warn (cut at the domain's trust horizon with ``cut_at_horizon``),
-     quarantined on fail.
-
    - a verified trajectory whose claimed outcome the real check could not establish (the
      check could not run: a test script that needs the network, a record without its eval
-     script) is quarantined, ``quarantine_reason: "outcome-unverifiable"``.
+     script) is quarantined, ``quarantine_reason: "outcome-unverifiable"``;
+   - an unverified trajectory (never replayed) follows the verdict: admitted
+     on pass or warn (cut at the domain's trust horizon with ``cut_at_horizon``),
+     quarantined on fail.
 
    A quarantined line's ``meta.quarantine_reason`` says why (``drift``, ``outcome``,
    ``outcome-unverifiable``, ``gate``, ``unverifiable``) and ``meta.quarantine_detail`` in
@@ -52,21 +54,28 @@ copied by the driver; concatenated in name order they are the joined files.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fidelity import gate_outputs, pipeline
 from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT
 from fidelity.analysis.summary import summarize
+from fidelity.analysis.tallies import read_tallies
 from fidelity.audit import new_run_id
 from fidelity.gate.options import GateOptions, LineRules, Manifest
-from fidelity.gate.sample import sampled
+from fidelity.gate.rounds import RoundCallback, planned_positions, replay_rounds
+from fidelity.gate.sample import spool_sample
 from fidelity.gate.scan import quiet, scan_dataset
-from fidelity.gate.verify import run_info, verified_facts, verify
-from fidelity.gate.write import output_paths, write
-from fidelity.policy import Policy, evaluate, horizon_limit
+from fidelity.gate.verify import run_info, verified_facts
+from fidelity.gate.write import Sample, output_paths, write
+from fidelity.policy import Policy, horizon_limit
 from fidelity.store import Store
 
 
 def gate_dataset(
-    options: GateOptions, policy: Policy, progress: pipeline.ProgressCallback | None = None
+    options: GateOptions,
+    policy: Policy,
+    progress: pipeline.ProgressCallback | None = None,
+    on_round: RoundCallback | None = None,
 ) -> Manifest:
     """Gate *options.dataset* under *policy*; writes the output files, returns the manifest.
 
@@ -99,8 +108,6 @@ def gate_dataset(
     gate_outputs.pause("recovered")
     scan = scan_dataset(
         options.dataset,
-        options.sample,
-        options.seed,
         options.allowed_roots,
         LineRules(trust=options.trust, sandbox=options.sandbox),
         executor=options.executor,
@@ -111,14 +118,70 @@ def gate_dataset(
     domain = scan.domain
     run_id = options.run_id or new_run_id()
     limit = horizon_limit(policy, domain, DEFAULT_HORIZON_LIMIT)
+    draws = planned_positions(scan, options)
     with Store(options.db) as store:
         store.start_run(run_id, run_info(options, scan))
-        verify(store, run_id, sampled(scan, options), options, domain, report)
+        spool = spool_sample(scan, sorted(set(draws.tolist())), options, _spool_folder())
+        try:
+            sampled = replay_rounds(
+                store, run_id, scan, options, policy, spool, draws, limit, report, on_round
+            )
+        finally:
+            spool.close()
         store.finish_run(run_id, "done")
         summary = summarize(store, run_id, limit, worst=0, detail=False)
         verified = verified_facts(store, run_id, bool(options.to))
         verified.unverifiable = {row.trajectory_id: row.reason for row in summary.unverifiable}
-    verdict = evaluate(summary, policy)
-    return write(
-        options, policy, scan, verified, verdict, summary.totals.trust_horizon or 0, run_id, report
+        verified.risk = _risk_model(store, run_id)
+        replayed = list(read_tallies(store, run_id, summary.totals.mode).values())
+    manifest = write(
+        options,
+        policy,
+        scan,
+        verified,
+        sampled.verdict,
+        summary.totals.trust_horizon or 0,
+        run_id,
+        report,
+        Sample(sampled.evidence, replayed),
     )
+    with Store(options.db) as store:  # the claim stays with the run (the report shows it)
+        store.record_gate(run_id, gate_claim(manifest))
+    return manifest
+
+
+def gate_claim(manifest: Manifest) -> dict[str, object]:
+    """What a dataset gate states, as kept with its run: its verdict, the bounds of every
+    limit, and the bounds on what it admitted."""
+    return manifest.model_dump(
+        mode="json",
+        include={
+            "verdict": {"status"},
+            "confidence": True,
+            "replayed_trajectories": True,
+            "draws": True,
+            "limits": True,
+            "admitted_claim": True,
+            "counts": True,
+        },
+    )
+
+
+def _risk_model(store: Store, run_id: str) -> object:
+    """The drift risk fitted on the run's replays, cross-fitted (a replayed trajectory is
+    scored by the fold that did not see it); the shipped prior when nothing was compared."""
+    from fidelity.errors import UsageError
+    from fidelity.risk import prior_model
+    from fidelity.risk_data import fit_on_run
+
+    try:
+        return fit_on_run(store, run_id)
+    except UsageError:  # no compared step to fit on (every replay unverifiable)
+        return prior_model()
+
+
+def _spool_folder() -> Path:
+    """Where pass 2 spools the lines it may replay (the system's temporary folder)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir())

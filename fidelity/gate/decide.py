@@ -16,8 +16,37 @@ def decide(
     domain_horizon: int,
     minimum: int,
     options: GateOptions,
+    risk: float | None = None,
 ) -> Decision:
-    """What happens to one trajectory of *total* steps (verified when it has a horizon)."""
+    """What happens to one trajectory of *total* steps (verified when it has a horizon; a
+    trajectory never replayed whose drift *risk* is over ``options.max_risk`` is
+    quarantined, cause ``risk``)."""
+    decision = _decide(trajectory_id, total, verified, verdict, domain_horizon, minimum, options)
+    if risk is None:
+        return decision
+    decision = decision.model_copy(update={"risk": risk})
+    unreplayed = not decision.verified and decision.outcome == "admitted"
+    if unreplayed and options.max_risk is not None and risk > options.max_risk:
+        return decision.model_copy(
+            update={
+                "outcome": "quarantined",
+                "steps_kept": 0,
+                "cause": "risk",
+                "reason": f"not verified; drift risk {risk:.3f} over --max-risk {options.max_risk:g}",
+            }
+        )
+    return decision
+
+
+def _decide(
+    trajectory_id: str,
+    total: int,
+    verified: Verified,
+    verdict: Verdict,
+    domain_horizon: int,
+    minimum: int,
+    options: GateOptions,
+) -> Decision:
     reason = verified.unverifiable.get(trajectory_id)
     if reason is not None:
         return Decision(

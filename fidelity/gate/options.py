@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +21,9 @@ from fidelity.policy import Verdict
 from fidelity.sandboxes import trajectory_backend
 from fidelity.trust import DatasetTrust, refuse_untrusted
 
-DEFAULT_SAMPLE = 200
+DEFAULT_SAMPLE: Literal["auto"] = "auto"
+"""Replay until every limit is decided (or ``max_replays`` are spent)."""
+DEFAULT_MAX_REPLAYS = 1000
 
 
 class GateOptions(BaseModel):
@@ -33,7 +36,23 @@ class GateOptions(BaseModel):
     output_dir: Path
     db: Path = Path("fidelity.duckdb")
     run_id: str | None = None
-    sample: int | None = Field(default=DEFAULT_SAMPLE, ge=1)  # None: every trajectory
+    sample: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        default=DEFAULT_SAMPLE,
+        description="draws of a fixed sample; auto: rounds until every limit is decided; "
+        "None: every trajectory once",
+    )
+    max_replays: int = Field(
+        default=DEFAULT_MAX_REPLAYS,
+        ge=1,
+        description="sample auto: the most distinct trajectories it replays",
+    )
+    max_risk: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="quarantine every trajectory never replayed whose drift risk (fitted on "
+        "the replays, cross-fitted) is over this (None: the risk is only written)",
+    )
     seed: int = 0
     cut_at_horizon: bool = False
     sandbox: str | None = None
@@ -113,6 +132,9 @@ class Decision(BaseModel):
     outcome_agreement: bool | None = Field(
         default=None, description="whether the real check agreed with the claimed outcome"
     )
+    risk: float | None = Field(
+        default=None, description="the trajectory's drift risk, from its simulated data alone"
+    )
 
 
 class RealCheck(BaseModel):
@@ -146,6 +168,11 @@ class Verified(BaseModel):
     steps: dict[str, list[StepVerdict]] = Field(
         default_factory=dict, description="per-step verdicts (only when exporting for RL)"
     )
+    risk: Any = Field(
+        default=None,
+        description="the drift-risk model every line is scored with (a fidelity.risk "
+        "CrossFit fitted on the replays, or the prior RiskModel)",
+    )
 
 
 class Counts(BaseModel):
@@ -167,6 +194,9 @@ class Counts(BaseModel):
     steps: int
     steps_admitted: int
     unverifiable: int = 0
+    steps_admitted_unverified: int = Field(
+        default=0, description="admitted steps of trajectories the gate never replayed"
+    )
 
 
 class Manifest(BaseModel):
@@ -185,7 +215,8 @@ class Manifest(BaseModel):
     policy: dict[str, Any]
     thresholds: dict[str, Any]
     warnings: dict[str, Any]
-    sample: int | None
+    sample: int | Literal["auto"] | None
+    max_replays: int
     seed: int
     cut_at_horizon: bool
     domain_trust_horizon: int
@@ -201,6 +232,45 @@ class Manifest(BaseModel):
         default_factory=dict, description="the admitted trajectories per RL format (``to``)"
     )
     decisions: list[Decision] = Field(description="the decisions of the verified (sampled) ones")
+    confidence: float = Field(description="of every bound below (the policy's)")
+    replayed_trajectories: int = Field(description="distinct trajectories replayed for real")
+    draws: int = Field(description="draws of the sample (with replacement: a repeat counts)")
+    limits: list[LimitClaim] = Field(description="per limit: the estimate, bounds and decision")
+    admitted_claim: AdmittedClaim
+
+
+class LimitClaim(BaseModel):
+    """One limit of the policy on the dataset: its estimate, bounds and decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    domain: str
+    limit: str = Field(description="the check, e.g. 'drift_rate <= 0.1'")
+    severity: Literal["critical", "warning"]
+    estimate: float | None
+    lower: float | None = Field(description="one-sided lower confidence bound")
+    upper: float | None = Field(description="one-sided upper confidence bound")
+    decision: Literal["pass", "fail", "undecided"] | None = Field(
+        description="None: a count (compared steps), not a bound"
+    )
+    passed: bool
+    more: int | None = Field(
+        default=None, description="undecided: about how many more trajectories would decide it"
+    )
+
+
+class AdmittedClaim(BaseModel):
+    """What the gate states about everything it admitted, replayed or not (cuts included):
+    upper bounds, at ``confidence``, on the share of admitted steps that drift and that
+    hallucinate (None: nothing admitted)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectories: int
+    steps: int
+    drift_bound: float | None
+    hallucination_bound: float | None
+    statement: str = Field(description="the claim in one sentence")
 
 
 class LineRules(BaseModel):
@@ -229,11 +299,16 @@ class ShardInfo(BaseModel):
 
 
 class Scan(BaseModel):
-    """What pass 1 learned about a dataset (small: no trajectory is kept)."""
+    """What pass 1 learned about a dataset (no trajectory is kept: each one's length, 4 bytes,
+    for the sampling design)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     domain: str
     trajectories: int
-    chosen: list[int] = Field(description="positions (0-based, dataset order) of the sample")
+    lengths: array = Field(  # type: ignore[type-arg]
+        exclude=True, description="steps of every trajectory, in dataset order ('I' array)"
+    )
     world_models: list[dict[str, Any]]
     prompts_hashes: list[str]
     modes: list[str]

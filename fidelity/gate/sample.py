@@ -1,21 +1,42 @@
-"""The dataset gate's sample: which trajectories are replayed, and pass 2 that reads them."""
+"""The dataset gate's sample: which trajectories are replayed, and pass 2 that reads them.
+
+The draws come from the sampling design (:class:`~fidelity.gate.design.MixtureDesign`):
+i.i.d. with replacement, each trajectory with probability half its share of the dataset's
+steps plus half one over the number of trajectories, so that every rate the gate decides
+on (of steps, of trajectories) is a mean of bounded weighted draws. Draw *k* depends only
+on the seed and *k*: a gate that goes on from a stopped one, or that draws in rounds,
+draws the same trajectories.
+
+Pass 2 reads the dataset once for every trajectory the gate may replay (the first draws
+up to ``max_replays`` distinct trajectories) and spools their lines to a file, so the
+rounds of ``--sample auto`` read them from there and not the dataset again.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import heapq
-from collections import defaultdict
+import json
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fidelity import pipeline
 from fidelity.executors.ray import map_on_cluster
-from fidelity.formats.dataset import shard_lines
+from fidelity.formats.dataset import Line, shard_lines
 from fidelity.formats.jsonl import confine_paths
 from fidelity.gate.options import GateOptions, Scan, ShardInfo
 from fidelity.model import Trajectory
 
-_LENGTH_BUCKETS = (1, 3, 6, 11, 21, 51)  # lower bounds of trajectory-length strata
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fidelity.gate.design import MixtureDesign
+
+_PLAN_CHUNK = 1024
+"""Draws computed at a time while planning which trajectories may be replayed."""
+
+MAX_DRAWS_PER_REPLAY = 50
+"""A plan stops after this many draws per replay allowed (a tiny dataset is all drawn)."""
 
 
 def per_shard(scan: Scan) -> Iterator[tuple[int, ShardInfo, int]]:
@@ -26,110 +47,113 @@ def per_shard(scan: Scan) -> Iterator[tuple[int, ShardInfo, int]]:
         offset += shard.trajectories
 
 
-def sampled(scan: Scan, options: GateOptions) -> list[Trajectory]:
-    """Pass 2: the sampled trajectories, in dataset order (only their lines are parsed)."""
+def design_of(scan: Scan) -> MixtureDesign:
+    """The sampling design of a scanned dataset."""
+    import numpy as np
+
+    from fidelity.gate.design import MixtureDesign
+
+    return MixtureDesign(np.frombuffer(scan.lengths, dtype=np.uint32).astype(np.int64))
+
+
+def plan(design: MixtureDesign, seed: int, draws: int | None, max_replays: int) -> np.ndarray:
+    """The draws a gate may use, in order: *draws* of them (a fixed sample), or (None: the
+    sequential gate) as many as it takes to reach *max_replays* distinct trajectories (or
+    every trajectory, or :data:`MAX_DRAWS_PER_REPLAY` draws per replay allowed)."""
+    import numpy as np
+
+    if draws is not None:
+        return design.draws(seed, 0, draws)
+    parts: list[np.ndarray] = []
+    seen: set[int] = set()
+    total = 0
+    limit = max_replays * MAX_DRAWS_PER_REPLAY
+    while len(seen) < min(max_replays, len(design)) and total < limit:
+        chunk = design.draws(seed, total, _PLAN_CHUNK)
+        for index, position in enumerate(chunk.tolist()):
+            seen.add(position)
+            if len(seen) >= min(max_replays, len(design)):
+                chunk = chunk[: index + 1]
+                break
+        parts.append(chunk)
+        total += len(chunk)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+class Spool:
+    """The lines of the trajectories a gate may replay, read once from the dataset (pass 2)
+    and kept in a file beside the database, by position."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed by close())
+            "w+", encoding="utf-8", dir=folder, prefix=".fidelity-gate-spool-", suffix=".jsonl"
+        )
+        self._file = handle
+        self._offsets: dict[int, int] = {}
+        self._where: dict[int, tuple[int, Path, int]] = {}
+
+    def add(self, position: int, shard: int, path: Path, number: int, text: str) -> None:
+        """Keep line *number* of shard *shard* (*path*), the trajectory at *position*."""
+        self._file.seek(0, 2)
+        self._offsets[position] = self._file.tell()
+        self._where[position] = (shard, path, number)
+        self._file.write(text.rstrip("\n") + "\n")
+
+    def ids(self) -> dict[int, str]:
+        """The trajectory id at every spooled position."""
+        return {p: str(json.loads(self._text(p)).get("id")) for p in self._offsets}
+
+    def trajectories(self, positions: Sequence[int], options: GateOptions) -> dict[int, Trajectory]:
+        """The trajectories at *positions*, parsed, their paths confined to their shard's
+        folder (or ``--allow-root``), ``--image`` given to the Docker ones without one."""
+        picked: dict[int, Trajectory] = {}
+        for position in sorted(set(positions)):
+            shard, path, number = self._where[position]
+            line = Line(shard, path, number, self._text(position))
+            [trajectory] = confine_paths([(number, line.parse())], path, options.allowed_roots)
+            picked[position] = trajectory
+        given = pipeline.with_default_image(list(picked.values()), options.image, options.sandbox)
+        return dict(zip(picked, given, strict=True))
+
+    def _text(self, position: int) -> str:
+        self._file.seek(self._offsets[position])
+        return self._file.readline()
+
+    def close(self) -> None:
+        """Remove the spool file."""
+        self._file.close()
+
+
+def spool_sample(scan: Scan, positions: Sequence[int], options: GateOptions, folder: Path) -> Spool:
+    """Pass 2: the lines at *positions* (dataset order) read into a :class:`Spool` (on Ray,
+    each shard read by a task)."""
+    wanted = set(positions)
     calls = []
     for index, shard, offset in per_shard(scan):
-        wanted = [p - offset for p in scan.chosen if offset <= p < offset + shard.trajectories]
-        if wanted:
-            calls.append((index, shard.path, wanted, tuple(options.allowed_roots)))
-    if options.executor != "ray":
-        picked = [t for call in calls for t in sampled_in_shard(*call)]
-    else:
-        parts = map_on_cluster(sampled_in_shard, calls, options.ray_address)
-        picked = [t for part in parts for t in part]
-    return pipeline.with_default_image(picked, options.image, options.sandbox)
+        mine = sorted(p - offset for p in wanted if offset <= p < offset + shard.trajectories)
+        if mine:
+            calls.append((index, shard.path, mine, offset))
+    parts = (
+        [lines_in_shard(*call) for call in calls]
+        if options.executor != "ray"
+        else map_on_cluster(lines_in_shard, calls, options.ray_address)
+    )
+    spool = Spool(folder)
+    for part in parts:
+        for position, index, path, number, text in part:
+            spool.add(position, index, path, number, text)
+    return spool
 
 
-def sampled_in_shard(
-    index: int, path: Path, positions: Sequence[int], allowed_roots: Sequence[Path]
-) -> list[Trajectory]:
-    """The trajectories at *positions* (0-based, in order) of one shard, paths resolved."""
+def lines_in_shard(
+    index: int, path: Path, positions: Sequence[int], offset: int
+) -> list[tuple[int, int, Path, int, str]]:
+    """``(dataset position, shard index, shard, line number, text)`` of the lines at
+    *positions* (0-based within the shard, sorted) of one shard."""
     wanted = set(positions)
-    picked = [
-        (line.number, line.parse())
+    return [
+        (offset + position, index, line.path, line.number, line.text)
         for position, line in enumerate(shard_lines(index, path))
         if position in wanted
     ]
-    return list(confine_paths(picked, path, allowed_roots))
-
-
-class StratifiedSampler:
-    """A proportional stratified sample (by domain and length), drawn in one streaming pass.
-
-    Each trajectory gets a seeded pseudo-random rank from its id (so the sample
-    depends neither on the dataset's order nor on how it is sharded, and shards
-    can be sampled apart and merged); every stratum keeps only its *size* lowest
-    ranks, so memory is bounded by strata × size, not the dataset.
-    """
-
-    def __init__(self, size: int | None, seed: int) -> None:
-        self.size = size
-        self.seed = seed
-        self.total = 0
-        self.counts: dict[tuple[str, int], int] = defaultdict(int)
-        self.lowest: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-
-    def add(self, position: int, domain: str, steps: int, trajectory_id: str) -> None:
-        """Count one trajectory at *position* and keep it if it ranks low enough."""
-        key = (domain, max(b for b in _LENGTH_BUCKETS if b <= max(1, steps)))
-        self.total += 1
-        self.counts[key] += 1
-        if self.size is not None:
-            self._keep(key, _rank(self.seed, trajectory_id), position)
-
-    def absorb(self, other: StratifiedSampler, offset: int) -> None:
-        """Add the sampler of the next shard, whose positions start at *offset* here."""
-        self.total += other.total
-        for key, count in other.counts.items():
-            self.counts[key] += count
-        if self.size is not None:
-            for key, heap in other.lowest.items():
-                for negative, position in heap:
-                    self._keep(key, -negative, position + offset)
-
-    def _keep(self, key: tuple[str, int], rank: int, position: int) -> None:
-        heap = self.lowest[key]  # a max-heap of (-rank, position)
-        if len(heap) < (self.size or 0):
-            heapq.heappush(heap, (-rank, position))
-        elif -heap[0][0] > rank:
-            heapq.heapreplace(heap, (-rank, position))
-
-    def chosen(self) -> list[int]:
-        """Positions of the sample in dataset order (everything when size is None or larger)."""
-        if self.size is None or self.size >= self.total:
-            return list(range(self.total))
-        keys = sorted(self.counts)
-        quotas = {k: self.counts[k] * self.size / self.total for k in keys}
-        alloc = {k: min(self.counts[k], max(1, int(quotas[k]))) for k in keys}
-        by_remainder = sorted(keys, key=lambda k: (quotas[k] - int(quotas[k]), k), reverse=True)
-        while sum(alloc.values()) < self.size:
-            grown = False
-            for key in by_remainder:
-                if sum(alloc.values()) < self.size and alloc[key] < self.counts[key]:
-                    alloc[key] += 1
-                    grown = True
-            if not grown:
-                break
-        chosen = []
-        for key in keys:
-            ranked = sorted((-negative, position) for negative, position in self.lowest[key])
-            chosen += [position for _, position in ranked[: alloc[key]]]
-        return sorted(chosen)
-
-
-def stratified_sample(trajectories: Sequence[Trajectory], size: int | None, seed: int) -> list[int]:
-    """Indices of a proportional stratified sample (by domain and length), in dataset order.
-
-    Every stratum keeps at least one trajectory when *size* allows; ``None`` or a
-    size at least the dataset's takes everything.
-    """
-    sampler = StratifiedSampler(size, seed)
-    for index, trajectory in enumerate(trajectories):
-        sampler.add(index, trajectory.domain.value, len(trajectory.steps), trajectory.id)
-    return sampler.chosen()
-
-
-def _rank(seed: int, trajectory_id: str) -> int:
-    digest = hashlib.blake2b(f"{seed}:{trajectory_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")

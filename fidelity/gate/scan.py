@@ -1,4 +1,4 @@
-"""Pass 1 of the dataset gate: validate every line, check what it may do, draw the sample."""
+"""Pass 1 of the dataset gate: validate every line, check what it may do, count its steps."""
 
 from __future__ import annotations
 
@@ -17,15 +17,12 @@ from fidelity.formats.dataset import shard_lines
 from fidelity.formats.dataset import shards as dataset_shards
 from fidelity.formats.jsonl import PathConfiner
 from fidelity.gate.options import LineRules, Scan, ShardInfo
-from fidelity.gate.sample import StratifiedSampler
 from fidelity.model import Trajectory
 from fidelity.task import recorded_mode
 
 
 def scan_dataset(
     source: Path,
-    size: int | None,
-    seed: int,
     allowed_roots: Sequence[Path] = (),
     rules: LineRules | None = None,
     *,
@@ -34,7 +31,8 @@ def scan_dataset(
     progress: pipeline.ProgressCallback | None = None,
     exclude: Sequence[Path] = (),
 ) -> Scan:
-    """Pass 1: validate every trajectory, check one domain and observations, draw the sample.
+    """Pass 1: validate every trajectory, check one domain and observations, and keep each
+    trajectory's length (the sampling design weighs draws by it: 4 bytes a trajectory).
 
     Paths are checked here too (untrusted input: ``env.workdir`` and ``@setup`` must stay
     inside the shard's folder or *allowed_roots*), so a bad one fails before any write.
@@ -49,17 +47,15 @@ def scan_dataset(
     report("total:scan", 0)
     paths = dataset_shards(source, exclude)
     checks = rules or LineRules()
-    calls = [
-        (index, path, size, seed, tuple(allowed_roots), checks) for index, path in enumerate(paths)
-    ]
+    calls = [(index, path, tuple(allowed_roots), checks) for index, path in enumerate(paths)]
     scans = (
         (scan_shard(*call, progress=report) for call in calls)
         if executor == "local"
         else map_on_cluster(
-            scan_shard, calls, ray_address, lambda shard: report("scan", shard.sampler.total)
+            scan_shard, calls, ray_address, lambda shard: report("scan", len(shard.lengths))
         )
     )
-    merged = _ScanMerge(size, seed)
+    merged = _ScanMerge()
     for shard in scans:
         merged.add(shard)
     return merged.scan(source, paths)
@@ -68,9 +64,9 @@ def scan_dataset(
 class ShardScan:
     """What pass 1 learned about one shard (or how far it got before its first error)."""
 
-    def __init__(self, path: Path, size: int | None, seed: int) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.sampler = StratifiedSampler(size, seed)
+        self.lengths = array("I")  # steps of each trajectory, in order
         self.ids = IdIndex()
         self.first_of_domain: dict[str, int] = {}  # domain -> the line it first appears on
         self.models: dict[str, dict[str, Any]] = {}
@@ -84,8 +80,6 @@ class ShardScan:
 def scan_shard(
     index: int,
     path: Path,
-    size: int | None,
-    seed: int,
     allowed_roots: Sequence[Path],
     rules: LineRules | None = None,
     progress: pipeline.ProgressCallback | None = None,
@@ -93,12 +87,12 @@ def scan_shard(
     """Pass 1 over one shard (on this machine or a Ray worker); stops at its first bad line.
 
     *progress* (here, not on a worker) hears ``("scan", n)`` every few thousand lines."""
-    shard = ShardScan(path, size, seed)
+    shard = ShardScan(path)
     checks = rules or LineRules()
     confiner = PathConfiner(path, allowed_roots)  # the folder and roots resolved once
     counted = Counted(progress, "scan")
     try:
-        for position, line in enumerate(shard_lines(index, path)):
+        for line in shard_lines(index, path):
             counted.one()
             trajectory = line.parse()
             _require_observations(trajectory, str(line.path), line.number)
@@ -107,7 +101,7 @@ def scan_shard(
             shard.ids.add(trajectory.id)
             domain = trajectory.domain.value
             shard.first_of_domain.setdefault(domain, line.number)
-            shard.sampler.add(position, domain, len(trajectory.steps), trajectory.id)
+            shard.lengths.append(len(trajectory.steps))
             described = world_model(trajectory)
             shard.models.setdefault(json.dumps(described, sort_keys=True, default=str), described)
             if (found := _prompts_hash(trajectory)) is not None:
@@ -152,8 +146,8 @@ def quiet(phase: str, n: int) -> None:
 class _ScanMerge:
     """Shard scans added in shard order, merged into one :class:`Scan`; raises the first error."""
 
-    def __init__(self, size: int | None, seed: int) -> None:
-        self.sampler = StratifiedSampler(size, seed)
+    def __init__(self) -> None:
+        self.lengths = array("I")
         self.ids = IdIndex()
         self.domains: set[str] = set()
         self.models: dict[str, dict[str, Any]] = {}
@@ -174,26 +168,26 @@ class _ScanMerge:
                 )
         if shard.failure is not None:
             raise shard.failure
-        self.sampler.absorb(shard.sampler, offset=self.sampler.total)
+        self.shards.append(ShardInfo(path=shard.path, trajectories=len(shard.lengths)))
+        self.lengths.extend(shard.lengths)
         self.ids.absorb(shard.ids)
         for key, described in shard.models.items():
             self.models.setdefault(key, described)
         self.prompts |= shard.prompts
         self.modes |= shard.modes
         self.bytes_read += shard.bytes_read
-        self.shards.append(ShardInfo(path=shard.path, trajectories=shard.sampler.total))
         self.digests.append(shard.sha256)
 
     def scan(self, source: Path, paths: Sequence[Path]) -> Scan:
         """The merged scan of every shard; raises for an empty dataset or a duplicate id."""
-        if self.sampler.total == 0:
+        if not self.lengths:
             raise InputFormatError(str(source), None, None, "no trajectories in dataset")
         if (hashed := self.ids.duplicate()) is not None:
             raise _duplicate_error(source, paths, hashed)
         return Scan(
             domain=pipeline.check_domain(next(iter(self.domains))).value,
-            trajectories=self.sampler.total,
-            chosen=self.sampler.chosen(),
+            trajectories=len(self.lengths),
+            lengths=self.lengths,
             world_models=[self.models[k] for k in sorted(self.models)],
             prompts_hashes=sorted(self.prompts),
             modes=sorted(self.modes),

@@ -45,7 +45,9 @@ def verify(
     domain: str,
     progress: pipeline.ProgressCallback,
 ) -> None:
-    """Replay *trajectories* for real, compare with their recorded observations, store."""
+    """Replay *trajectories* for real, compare with their recorded observations, store (those
+    the run already holds are skipped: a gate goes on from a stopped one). *progress* hears
+    ``("real", 1)`` per replay; its total is the caller's to announce."""
     folder = options.executor_config.shard_folder(options.db, run_id)
     # what an interrupted attempt's workers finished is kept
     options.executor_config.merge_left_over(store, options.db, run_id)
@@ -64,7 +66,8 @@ def verify(
         for t in trajectories
         if t.id not in done
     ]
-    progress("total:real", len(tasks))
+    if not tasks:
+        return
 
     def replayed(phase: str, n: int) -> None:  # the executor's phases: only its replays count
         if phase == "real":

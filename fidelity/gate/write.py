@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,18 @@ from fidelity.formats.rl_export import (
     suffix,
 )
 from fidelity.gate.decide import decide
-from fidelity.gate.options import Counts, Decision, GateOptions, Manifest, Scan, Verified
+from fidelity.gate.evidence import Evidence, TrajectoryTally
+from fidelity.gate.limits import admitted_bound, population_upper
+from fidelity.gate.options import (
+    AdmittedClaim,
+    Counts,
+    Decision,
+    GateOptions,
+    LimitClaim,
+    Manifest,
+    Scan,
+    Verified,
+)
 from fidelity.gate.sample import per_shard
 from fidelity.gate.scan import Counted
 from fidelity.policy import Policy, Verdict
@@ -42,6 +54,15 @@ def output_paths(out: Path) -> list[Path]:
     return own + rl_output_paths(out)
 
 
+@dataclass(frozen=True)
+class Sample:
+    """What the replays showed: the evidence the verdict was decided on, and the counts of
+    every replayed trajectory (each once), from which the admitted data's claim is made."""
+
+    evidence: Evidence
+    replayed: Sequence[TrajectoryTally]
+
+
 def write(
     options: GateOptions,
     policy: Policy,
@@ -51,6 +72,7 @@ def write(
     domain_horizon: int,
     run_id: str,
     progress: pipeline.ProgressCallback,
+    sample: Sample,
 ) -> Manifest:
     """Pass 3: decide every trajectory and write it to its file as it is decided.
 
@@ -70,8 +92,9 @@ def write(
         try:
             gate_outputs.pause("staged")
             manifest, staged = _stage(
-                options, policy, scan, verified, verdict, domain_horizon, run_id, progress, parts
-            )
+                options, policy, scan, verified, verdict, domain_horizon, run_id, progress, parts,
+                sample,
+            )  # fmt: skip
             gate_outputs.pause("written")
             previous = [out / gate_outputs.MANIFEST, *output_paths(out)]
             gate_outputs.install(out, parts, staged, previous)
@@ -91,6 +114,7 @@ def _stage(
     run_id: str,
     progress: pipeline.ProgressCallback,
     parts: Path,
+    sample: Sample,
 ) -> tuple[Manifest, list[Path]]:
     """Write every output and the manifest into the staging folder *parts*; returns the
     manifest and the staged outputs."""
@@ -136,6 +160,7 @@ def _stage(
         thresholds=policy.for_domain(verdict.domain).model_dump(),
         warnings=policy.warnings_for(verdict.domain).model_dump(),
         sample=options.sample,
+        max_replays=options.max_replays,
         seed=options.seed,
         cut_at_horizon=options.cut_at_horizon,
         domain_trust_horizon=domain_horizon,
@@ -147,6 +172,11 @@ def _stage(
         decisions_path=str(finals["decisions"]),
         rl_paths={fmt: str(options.output_dir / path.name) for fmt, path in rl_staged.items()},
         decisions=decided,
+        confidence=verdict.confidence,
+        replayed_trajectories=verdict.replayed_trajectories,
+        draws=verdict.draws,
+        limits=limit_claims(verdict),
+        admitted_claim=_admitted_claim(options, scan, sample, counts.counts(), decided, verdict),
     )
     path = parts / gate_outputs.MANIFEST  # private folder: a plain file, mode as umask says
     with writing(path):
@@ -228,14 +258,18 @@ def write_shard(
             counted.one()
             data = json.loads(line.text)
             steps = data.get("steps") or []
+            risks = _risks(verified.risk, line)
             decision = decide(
-                str(data["id"]), len(steps), verified, verdict, domain_horizon, minimum, options
-            )
+                str(data["id"]), len(steps), verified, verdict, domain_horizon, minimum, options,
+                None if risks is None else risks[1],
+            )  # fmt: skip
             counts.add(decision)
             if decision.verified or decision.outcome == "unverifiable":
                 decided.append(decision)
             decisions.write(decision.model_dump_json())
             meta = dict(data.get("meta") or {})
+            if risks is not None:
+                meta.update(risk=round(risks[1], 6), step_risks=[round(r, 6) for r in risks[0]])
             if decision.outcome == "admitted":
                 meta.update(gate_run_id=run_id, gate_verified=decision.verified)
                 for writer in writers:
@@ -250,6 +284,18 @@ def write_shard(
     counted.flush()
     parts = files | {rl_name(fmt): file for fmt, file in rl_files.items()}
     return ShardWritten(parts=parts, counts=counts.values, verified=decided)
+
+
+def _risks(model: Any, line: Line) -> tuple[list[float], float] | None:
+    """The drift risks of a line's steps and of its trajectory (None without a model)."""
+    if model is None:
+        return None
+    from fidelity.risk import step_features, trajectory_risk
+    from fidelity.risk.score import model_for
+
+    trajectory = line.parse()
+    risks = model_for(model, trajectory).score(step_features(trajectory))
+    return risks, trajectory_risk(risks)
 
 
 def _write_rl(
@@ -334,6 +380,7 @@ class _Tally:
         v["admitted_cut"] += d.steps_kept < d.steps
         v["admitted_unverified"] += not d.verified
         v["steps_admitted"] += d.steps_kept
+        v["steps_admitted_unverified"] += 0 if d.verified else d.steps_kept
 
     def absorb(self, values: dict[str, int]) -> None:
         for key, value in values.items():
@@ -341,3 +388,74 @@ class _Tally:
 
     def counts(self) -> Counts:
         return Counts(**self.values)
+
+
+def limit_claims(verdict: Verdict) -> list[LimitClaim]:
+    """Every check of *verdict* as the manifest states it."""
+    return [
+        LimitClaim(
+            domain=verdict.domain,
+            limit=check.name,
+            severity=check.severity,
+            estimate=check.value,
+            lower=check.lower,
+            upper=check.upper,
+            decision=check.decision,
+            passed=check.passed,
+            more=check.more,
+        )
+        for check in verdict.checks
+    ]
+
+
+def _admitted_claim(
+    options: GateOptions,
+    scan: Scan,
+    sample: Sample,
+    counts: Counts,
+    decided: Sequence[Decision],
+    verdict: Verdict,
+) -> AdmittedClaim:
+    """Upper bounds on drift and hallucination among every admitted step."""
+    alpha = 1 - verdict.confidence
+    kept = {d.trajectory_id: d.steps_kept for d in decided if d.outcome == "admitted"}
+    bounds: dict[str, float | None] = {}
+    for name, count in (("drift", _drift), ("hallucination", _hallucinated)):
+        upper = population_upper(sample.evidence, count, alpha)
+        bounds[name] = admitted_bound(
+            upper,
+            int(sum(scan.lengths)),
+            sample.replayed,
+            count,
+            kept,
+            counts.steps_admitted,
+            counts.steps_admitted_unverified,
+            kept_is_clean=name == "drift",
+        )
+    drift, hallucination = bounds["drift"], bounds["hallucination"]
+    statement = (
+        f"admitted {counts.admitted:,} of {counts.trajectories:,} trajectories "
+        f"({counts.steps_admitted:,} steps); "
+        + (
+            f"drift among them at most {drift:.1%}, hallucination at most "
+            f"{hallucination or 0:.1%}, at {verdict.confidence:.0%} confidence"
+            if drift is not None
+            else "nothing admitted"
+        )
+        + f"; {verdict.replayed_trajectories:,} real replays"
+    )
+    return AdmittedClaim(
+        trajectories=counts.admitted,
+        steps=counts.steps_admitted,
+        drift_bound=drift,
+        hallucination_bound=hallucination,
+        statement=statement,
+    )
+
+
+def _drift(t: TrajectoryTally) -> int:
+    return t.drift
+
+
+def _hallucinated(t: TrajectoryTally) -> int:
+    return t.hallucinated

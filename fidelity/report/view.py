@@ -71,6 +71,18 @@ class Check:
     value: str
     limit: str
     passed: bool | None
+    bound: str = "–"  # "[lower, upper]" of a bounded check
+    decision: str = ""  # pass | fail | undecided ('' for a count)
+
+
+@dataclass(frozen=True)
+class GateClaim:
+    """A dataset gate's claim kept with its run: what it admitted, each limit's bounds."""
+
+    statement: str
+    confidence: str
+    replayed: str
+    checks: list[Check]
 
 
 @dataclass(frozen=True)
@@ -241,11 +253,32 @@ def _headline_banner(summary: RunSummary) -> Banner:
 def _check(raw: Any) -> Check:
     item: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {"name": raw}
     passed = item.get("passed")
+    lower, upper = item.get("lower"), item.get("upper")
+    bounded = lower is not None or upper is not None
     return Check(
-        name=_text(item.get("name", "check")),
-        value=format_value(item.get("value")),
-        limit=format_value(item.get("limit")),
+        name=_text(item.get("name", item.get("limit", "check"))),
+        value=format_value(item.get("value", item.get("estimate"))),
+        limit=format_value(item.get("limit")) if "name" in item else "",
         passed=passed if isinstance(passed, bool) else None,
+        bound=f"[{format_value(lower)}, {format_value(upper)}]" if bounded else "–",
+        decision=_text(item.get("decision") or ""),
+    )
+
+
+def gate_claim(run: RunInfo) -> GateClaim | None:
+    """The claim a dataset gate kept with *run* (None: not a dataset gate's run)."""
+    claim = run.config.get("gate_claim")
+    if not isinstance(claim, Mapping):
+        return None
+    admitted = claim.get("admitted_claim") or {}
+    limits = claim.get("limits") or []
+    checks = [_check(item) for item in limits if isinstance(item, Mapping)]
+    confidence = claim.get("confidence")
+    return GateClaim(
+        statement=_text(admitted.get("statement", "")) if isinstance(admitted, Mapping) else "",
+        confidence=percent(confidence) if isinstance(confidence, int | float) else "–",
+        replayed=count(claim.get("replayed_trajectories") or 0),
+        checks=checks,
     )
 
 
@@ -426,6 +459,7 @@ def context(summary: RunSummary, verdict: Mapping[str, Any] | None) -> dict[str,
         "worst_actions": sorted({view.step.action_name for view in worst}),
         "worst_depth_range": (min(depths), max(depths)) if depths else (0, 0),
         "unverifiable": summary.unverifiable,
+        "gate_claim": gate_claim(run),
         **detail_context(summary),
     }
 

@@ -14,6 +14,7 @@ from fidelity.errors import InputFormatError, NotFoundError
 from fidelity.formats.dataset import lines, shards, trajectories
 from fidelity.formats.jsonl import dump_line
 from fidelity.gate import GateOptions, gate_dataset, load_policy
+from fidelity.gate.sample import design_of, plan
 from fidelity.gate.scan import scan_dataset
 from fidelity.model import CommandAction, Observation, Step, Trajectory
 
@@ -99,18 +100,22 @@ def test_duplicate_ids_across_shards_are_named(tmp_path: Path) -> None:
     with pytest.raises(
         InputFormatError, match=r"b\.jsonl:1: id: duplicate id 't2' \(first at .*a\.jsonl:3\)"
     ):
-        scan_dataset(tmp_path, 2, 0)
+        scan_dataset(tmp_path)
 
 
-def test_the_scan_samples_the_same_positions_however_the_data_is_sharded(tmp_path: Path) -> None:
+def test_the_sample_draws_the_same_positions_however_the_data_is_sharded(
+    tmp_path: Path,
+) -> None:
     whole = tmp_path / "whole.jsonl"
     whole.write_text(_text(range(40)))
     parts = tmp_path / "parts"
     parts.mkdir()
     for shard in range(4):
         (parts / f"{shard}.jsonl").write_text(_text(range(shard * 10, shard * 10 + 10)))
-    one, many = scan_dataset(whole, 7, 3), scan_dataset(parts, 7, 3)
-    assert one.chosen == many.chosen and len(one.chosen) == 7
+    one, many = scan_dataset(whole), scan_dataset(parts)
+    assert list(one.lengths) == list(many.lengths)
+    drawn = plan(design_of(one), 3, 7, 1000), plan(design_of(many), 3, 7, 1000)
+    assert drawn[0].tolist() == drawn[1].tolist() and len(drawn[0]) == 7
     assert (one.trajectories, one.domain, one.modes) == (40, "terminal", ["open-loop"])
 
 
