@@ -13,7 +13,20 @@ import pytest
 
 from devsets.android_world.build_tasks import task
 from devsets.android_world.label_batches import sheet
-from devsets.android_world.load import LOGS, SHARED, Pair, load_pairs, load_records, m3a_fields
+from devsets.android_world.load import (
+    HELD_OUT,
+    HERE,
+    LABELLERS,
+    LOGS,
+    SHARED,
+    TUNING,
+    Pair,
+    disagreements,
+    load_pairs,
+    load_records,
+    m3a_fields,
+)
+from devsets.wm.load import LABELS, load_labels
 from fidelity.compare.android import AndroidComparator
 from fidelity.compare.base import CompareContext
 from fidelity.model import AndroidAction, Observation
@@ -94,6 +107,70 @@ def test_m3a_values_are_read_as_written() -> None:
     }
 
 
+@pytest.fixture(scope="module")
+def labelled(records: list[Pair]) -> list[Pair]:
+    """Every labelled pair, the ones the labellers disagree on included."""
+    if not (HERE / "labels").is_dir():
+        unavailable("devsets/android_world/labels holds no labels")
+    return load_pairs(agreed_only=False)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_both_labellers_labelled_every_pair_and_only_known_ones(records: list[Pair]) -> None:
+    """Each label file covers the same pairs, all of them pairs of the set, with rubric labels;
+    every predicted pair that was labelled has its prediction."""
+    labels = load_labels(HERE)
+    known = {p.id for p in records}
+    assert labels and set(labels) <= known
+    assert all(set(by) == set(LABELLERS) for by in labels.values())
+    assert all(lab.label in LABELS for by in labels.values() for lab in by.values())
+    assert {p.id for p in load_pairs(agreed_only=False)} == set(labels)
+
+
+def test_disagreements_are_left_out_and_named(labelled: list[Pair]) -> None:
+    """The figures use the pairs both labellers labelled alike; the others are named apart."""
+    split = disagreements(labelled)
+    differ = {
+        p.id for p in labelled if p.labels[LABELLERS[0]].label != p.labels[LABELLERS[1]].label
+    }
+    assert {p.id for p in split} == differ
+    used = load_pairs()
+    assert {p.id for p in used} == {p.id for p in labelled} - differ
+    assert all(p.agreed and p.label in LABELS for p in used)
+    assert all(p.label == "" for p in split)
+    assert len(split) < len(labelled) / 10  # agreement is what makes the set trustworthy
+
+
+def test_the_labels_keep_the_rubric(labelled: list[Pair]) -> None:
+    """What the rubric and LABELLING.md ask, in every label: a pair identical but for trailing
+    whitespace is labelled identical and only such a pair; a drift lists what differs, copied
+    from its side (hallucinations from SIMULATED, omissions from REAL); other labels list
+    nothing."""
+    for pair in labelled:
+        real = [line.rstrip() for line in pair.real.text.strip().split("\n")]
+        sim = [line.rstrip() for line in pair.sim.text.strip().split("\n")]
+        for lab in pair.labels.values():
+            assert (lab.label == "identical") == (real == sim), pair.id
+            if lab.label != "drift":
+                assert not (lab.hallucinations or lab.omissions), pair.id
+                continue
+            assert lab.hallucinations or lab.omissions, pair.id
+            assert all(_flat(h) in _flat(pair.sim.text) for h in lab.hallucinations), pair.id
+            assert all(_flat(o) in _flat(pair.real.text) for o in lab.omissions), pair.id
+
+
+def test_every_app_is_tuning_or_held_out_and_both_are_labelled(labelled: list[Pair]) -> None:
+    """The hold-out split is by app, named in advance: the labelled pairs cover both sides."""
+    groups = {p.group for p in labelled}
+    assert groups == set(TUNING) | set(HELD_OUT) and not set(TUNING) & set(HELD_OUT)
+    for side in (TUNING, HELD_OUT):
+        mine = [p for p in load_pairs() if p.group in side]
+        assert any(p.label == "drift" for p in mine) and any(p.label != "drift" for p in mine)
+
+
 def test_predictions_and_labels_attach_by_task(records: list[Pair], tmp_path: Path) -> None:
     """A prediction turns a ``predicted`` record into a pair; labels attach by task id."""
     first = next(p for p in records if p.kind == "predicted")
@@ -117,3 +194,21 @@ def test_predictions_and_labels_attach_by_task(records: list[Pair], tmp_path: Pa
     assert pairs[first.id].sim.text.strip() == first.real.text.strip()
     assert pairs[unchanged.id].label == "drift" and pairs[unchanged.id].hallucinations() == ["x"]
     assert pairs[first.id].label_a is not None and pairs[first.id].label_b is not None
+
+
+def test_a_pair_the_labellers_disagree_on_is_left_out(records: list[Pair], tmp_path: Path) -> None:
+    """Drift for one labeller, volatile for the other: no label, out of the figures, named."""
+    unchanged = [p for p in records if p.kind == "unchanged"][:2]
+    (tmp_path / "labels").mkdir()
+    for name, label in (("androidworld-a", "drift"), ("androidworld-b", "volatile")):
+        rows = [
+            {"task": unchanged[0].id, "label": label},
+            {"task": unchanged[1].id, "label": "volatile"},
+        ]
+        (tmp_path / "labels" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows)
+        )
+    every = load_pairs(tmp_path, agreed_only=False)
+    assert {p.id for p in every} == {p.id for p in unchanged}
+    assert [p.id for p in disagreements(every)] == [unchanged[0].id]
+    assert [(p.id, p.label) for p in load_pairs(tmp_path)] == [(unchanged[1].id, "volatile")]

@@ -25,6 +25,10 @@ description, hint, tooltip, the flags M3A writes, ``bbox_pixels``) and ``None`` 
 does not hold (class, resource id, package: M3A's list has none of them). The indices are
 M3A's, so an action's ``index`` names the element the agent saw.
 
+Labels: ``labels/androidworld-a.jsonl`` and ``-b.jsonl``, two independent labellers against
+``../shared/RUBRIC.md``; a pair counts when both gave it the same label (:attr:`Pair.agreed`),
+the others are left out of the figures and named by :func:`disagreements`.
+
 The hold-out unit is the app (``group``): ``calendar`` (Simple Calendar Pro, two runs,
 the only screens whose status bar has text: clock, signal bars, battery, a notification
 icon), ``audio`` (Audio Recorder) and ``chrome`` (home screen, then Chrome's first run).
@@ -60,6 +64,14 @@ RUNS = {
 """The step logs used, by run folder, and the app each is held out with."""
 
 KINDS = ("predicted", "unchanged", "recapture")
+REAL_TWICE = ("unchanged", "recapture")
+"""The kinds whose two sides are both real recordings: labelled identical or volatile, such a
+pair is one state recorded twice (the action had no effect, or the same screen read again),
+what a second real run gives."""
+TUNING = ("calendar",)
+"""The app the system-UI rules were written on, named before labelling: tune only here."""
+HELD_OUT = ("audio", "chrome")
+"""The apps nothing was written or tuned on (see the README)."""
 LABELLERS = ("androidworld-a", "androidworld-b")
 
 _BEFORE = "\nAlso here is the list of detailed information for some UI elements in the before screenshot:\n"
@@ -114,9 +126,18 @@ class Pair:
     labels: dict[str, Label] = field(default_factory=dict)
 
     @property
+    def agreed(self) -> bool:
+        """Whether both labellers labelled the pair and gave it the same label."""
+        found = [self.labels.get(name) for name in LABELLERS]
+        return all(found) and len({lab.label for lab in found if lab is not None}) == 1
+
+    @property
     def label(self) -> str:
-        """The agreed label (see :func:`~devsets.wm.load.agreed_label`)."""
-        return agreed_label(self.labels)
+        """The labellers' common label; "" when they disagree or one has not labelled it.
+
+        A pair the two labellers disagree on has no truth to measure against: the figures
+        leave it out (:func:`load_pairs`) and report how many there are."""
+        return agreed_label(self.labels) if self.agreed else ""
 
     @property
     def label_a(self) -> Label | None:
@@ -139,7 +160,7 @@ def m3a_fields(line: str) -> dict[str, str]:
     body = line[line.index("{") + 1 : line.rindex("}")] if "}" in line else line
     keys = list(_M3A_KEY.finditer(body))
     values = {}
-    for key, following in zip(keys, [*keys[1:], None], strict=True):
+    for key, following in zip(keys, [*keys[1:], None], strict=False):  # no keys: no field
         raw = body[key.end() : following.start() if following else len(body)].strip()
         values[key[1]] = raw[1:-1] if len(raw) >= 2 and raw[0] == raw[-1] == '"' else raw
     return values
@@ -299,9 +320,16 @@ def _parsed(answer: str, action: AndroidAction | None) -> Observation:
         return Observation(text="", error=f"malformed prediction: {exc}")
 
 
-def load_pairs(root: Path = HERE, shared: Path = SHARED, labelled_only: bool = True) -> list[Pair]:
+def load_pairs(
+    root: Path = HERE, shared: Path = SHARED, labelled_only: bool = True, agreed_only: bool = True
+) -> list[Pair]:
     """Every pair with a second side (a ``predicted`` one once its prediction exists), with
-    its labels; only labelled ones unless *labelled_only* is False."""
+    its labels.
+
+    By default only the pairs both labellers labelled alike (:attr:`Pair.agreed`): a pair
+    they disagree on is left out of every figure. With *agreed_only* False every labelled
+    pair (:func:`disagreements` names those left out); with *labelled_only* False every
+    pair, labelled or not."""
     answers = load_predictions(root)
     labels = load_labels(root) if (root / "labels").is_dir() else {}
     pairs = []
@@ -311,6 +339,13 @@ def load_pairs(root: Path = HERE, shared: Path = SHARED, labelled_only: bool = T
                 continue
             pair.sim = _parsed(answers[pair.id], pair.action)
         pair.labels = labels.get(pair.id, {})
+        if agreed_only and labelled_only and not pair.agreed:
+            continue
         if pair.labels or not labelled_only:
             pairs.append(pair)
     return pairs
+
+
+def disagreements(pairs: list[Pair]) -> list[Pair]:
+    """The pairs both labellers labelled but not alike (left out of the figures)."""
+    return [p for p in pairs if p.label_a is not None and p.label_b is not None and not p.agreed]

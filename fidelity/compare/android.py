@@ -96,7 +96,8 @@ from typing import Any, NamedTuple
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.normalize import Normalizer
-from fidelity.compare.structured import ItemComparator, matched_pairs, overlap, verdict
+from fidelity.compare.structured import ItemComparator, listed, matched_pairs, overlap, verdict
+from fidelity.compare.terminal import context_texts
 from fidelity.model import Observation
 
 BOUNDS_STEP = 10
@@ -209,6 +210,9 @@ _VOLATILE = (
 battery names. A bare percentage or count (``27%``, ``7 new messages``) is content inside an
 app; in the status bar it is dropped with the rest of the system UI."""
 
+_IS_SPELLING = "\x00is_"
+"""Set on a canonical item whose flags were written ``is_checked`` (not a field name)."""
+
 MIN_SCREEN_HEIGHT = 400
 """Position rules apply only when the elements span at least this many pixels."""
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
@@ -225,6 +229,14 @@ class Element(NamedTuple):
     flags: frozenset[str]
     value: str = ""
     """The shown text when the key holds only its volatile kind (``<clock>``…), else empty."""
+    written: str = ""
+    """The text as the observation wrote it, when normalization changed it (else empty)."""
+    description: str = ""
+    """The content description, when the element also has a text that differs from it."""
+    box: str = ""
+    """The bounds as the observation wrote them (``BoundingBox(x_min=…)``, ``[0,63][1080,210]``)."""
+    spelling: str = ""
+    """``is_`` when the observation writes flags as AndroidWorld and M3A do (``is_checked``)."""
 
 
 def raw_elements(text: str) -> list[dict[str, Any]]:
@@ -268,7 +280,7 @@ def m3a_elements(text: str) -> list[dict[str, Any]]:
         body = chunk[: chunk.rfind("}")] if "}" in chunk else chunk
         keys = list(_M3A_KEY_RE.finditer(body))
         item: dict[str, Any] = {}
-        for key, following in zip(keys, [*keys[1:], None], strict=True):
+        for key, following in zip(keys, [*keys[1:], None], strict=False):  # no keys: no field
             raw = body[key.end() : following.start() if following else len(body)].strip()
             if len(raw) >= 2 and raw[0] == raw[-1] == '"':
                 raw = raw[1:-1]
@@ -517,7 +529,9 @@ def _canonical(item: dict[str, Any]) -> dict[str, Any]:
     screen, or None); a box that is None never replaces one that is not."""
     out: dict[str, Any] = {}
     for key, value in item.items():
-        key = key[3:] if key.startswith("is_") else key
+        if key.startswith("is_"):
+            key = key[3:]
+            out[_IS_SPELLING] = True
         name = _ALIASES.get(key, key)
         if (
             name == "bounds"
@@ -555,8 +569,9 @@ def _text(value: Any) -> str:
 
 def to_element(item: dict[str, Any], normalizer: Normalizer, counts: dict[str, int]) -> Element:
     """An :class:`Element` from a canonical dictionary; normalizations are added to *counts*."""
-    shown_text = _text(item.get("text")) or _text(item.get("content_description"))
-    shown_text, fired = normalizer.cached(shown_text)
+    text, description = _text(item.get("text")), _text(item.get("content_description"))
+    written = text or description
+    shown_text, fired = normalizer.cached(written)
     for name, n in fired.items():
         counts[name] = counts.get(name, 0) + n
     kind = volatile_kind(shown_text)
@@ -569,14 +584,27 @@ def to_element(item: dict[str, Any], normalizer: Normalizer, counts: dict[str, i
     flags = frozenset(
         f.replace("-", "_") for f in _FLAGS if str(item.get(f, "")).lower() in {"true", "1"}
     )
+    box = item.get("bounds")
     return Element(
         f"{cls}|{resource}|{shown_text}",
         f"{cls}:{shown_text}",
         resource,
-        _bounds(item.get("bounds")),
+        _bounds(box),
         flags,
         value,
+        written if written.split() != shown_text.split() else "",
+        description.strip() if text and description.strip() != text.strip() else "",
+        box if isinstance(box, str) else "" if box is None else _written(box),
+        "is_" if item.get(_IS_SPELLING) else "",
     )
+
+
+def _written(value: Any) -> str:
+    """A JSON bounds value (a list, an object) as JSON writes it."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):  # not JSON, or nested past the encoder
+        return ""
 
 
 def _bounds(value: Any) -> tuple[float, ...]:
@@ -647,9 +675,10 @@ class AndroidComparator(ItemComparator[Element]):
     ) -> StepComparison:
         """Element overlap, rounded bounds and flags of matched elements, entities."""
         precision, recall, f1 = overlap(Counter(e.key for e in real), Counter(e.key for e in sim))
-        bounds, flags, values, mismatches = _matched(real, sim)
+        pairs = matched_pairs(real, sim)
+        bounds, flags, values, mismatches = _matched(real, sim, pairs)
         real_e, sim_e = element_entities(real), element_entities(sim)
-        return verdict(
+        result = verdict(
             score=0.6 * f1 + 0.15 * bounds + 0.2 * flags + 0.05 * values,
             threshold=self.threshold,
             metrics={
@@ -666,12 +695,109 @@ class AndroidComparator(ItemComparator[Element]):
             normalizations=normalizations,
             mismatches=mismatches,
         )
+        return named_details(result, real, sim, pairs, context) if result.drift else result
 
 
-def _matched(real: list[Element], sim: list[Element]) -> tuple[float, float, float, list[str]]:
+def named_details(
+    result: StepComparison,
+    real: list[Element],
+    sim: list[Element],
+    pairs: list[tuple[Element, Element]],
+    context: CompareContext,
+) -> StepComparison:
+    """A drifted step's entities at the granularity a labeller names them.
+
+    The verdict is decided before (and is never changed here): by the score, a flag
+    mismatch, or an element one side lacks. Then, as the rubric's labellers list what
+    they copy from the screens:
+
+    - an invented or omitted element whose text normalization rewrote (a clock time, a
+      duration) is named as written (``ui::16:00``, not ``ui::<clock>``), and its content
+      description is named too when it has a text as well (``ui::Predicted app: Gmail``
+      beside ``ui::Gmail``);
+    - a matched element whose flags differ names each changed flag as each side writes it
+      (``flag::Sun, Oct 15:is_checked=True``);
+    - a matched element whose box moved past :data:`BOUNDS_TOLERANCE` names the box as
+      each side writes it (``bounds::Task:BoundingBox(x_min=912, …)``), a sim box the model
+      had been shown going to ``stale``; the reasons say how many moved.
+
+    A step that does not drift names none of these (a faithful step names nothing)."""
+    hallucinations = _as_written(result.hallucinations, sim)
+    omissions = _as_written(result.omissions, real)
+    stale = list(result.stale)
+    moved = 0
+    seen: list[str] | None = None  # what the model was shown, read once a box has moved
+    for a, b in pairs:
+        for flag in sorted(a.flags ^ b.flags):
+            hallucinations.append(f"flag:{_shown(b)}:{_spelt(b, flag, flag in b.flags)}")
+            omissions.append(f"flag:{_shown(a)}:{_spelt(a, flag, flag in a.flags)}")
+        if not bounds_agree(a.bounds, b.bounds):
+            moved += 1
+            if b.box and a.box:
+                if seen is None:
+                    seen = [text for text, _ in context_texts(context)]
+                entity = f"bounds:{_shown(b)}:{b.box}"
+                (stale if any(b.box in text for text in seen) else hallucinations).append(entity)
+                omissions.append(f"bounds:{_shown(a)}:{a.box}")
+    hallucinations = list(dict.fromkeys(hallucinations))
+    omissions = list(dict.fromkeys(omissions))
+    reasons = [r for r in result.reasons if not r.startswith(("hallucinated ", "omitted "))]
+    reasons += [f"bounds moved: {moved} of {len(pairs)}"] if moved else []
+    # flags and boxes have their reasons (``flags …``, ``bounds moved``): only elements listed
+    reasons += listed("hallucinated", [e for e in hallucinations if not e.startswith(_DETAILS)])
+    reasons += listed("omitted", [e for e in omissions if not e.startswith(_DETAILS)])
+    return result.model_copy(
+        update={
+            "hallucinations": hallucinations,
+            "omissions": omissions,
+            "stale": list(dict.fromkeys(stale)),
+            "reasons": reasons,
+        }
+    )
+
+
+_DETAILS = ("flag:", "bounds:")
+
+
+def _as_written(entities: list[str], side: list[Element]) -> list[str]:
+    """*entities* with each ``ui:`` label of *side* as written: the text normalization
+    rewrote replaced by what was written, then the descriptions of elements with a text."""
+    labels = {e[3:] for e in entities if e.startswith("ui:")}
+    written: dict[str, list[str]] = {}
+    descriptions = []
+    for element in side:
+        if element.label not in labels:
+            continue
+        cls = element.label.partition(":")[0]
+        if element.written:
+            written.setdefault(element.label, []).append(f"ui:{_shown(element)}")
+        if element.description:
+            descriptions.append(f"ui:{cls}:{element.description}")
+    out = []
+    for entity in entities:
+        out.extend(written.get(entity[3:], [entity]) if entity.startswith("ui:") else [entity])
+    return [*out, *descriptions]
+
+
+def _shown(element: Element) -> str:
+    """*element*'s label with its text as written (``:16:00``, not ``:<clock>``)."""
+    if not element.written:
+        return element.label
+    return f"{element.label.partition(':')[0]}:{element.written}"
+
+
+def _spelt(element: Element, flag: str, value: bool) -> str:
+    """A flag as *element*'s observation writes it: ``is_checked=True`` or ``checked=true``."""
+    if element.spelling:
+        return f"{element.spelling}{flag}={value}"
+    return f"{flag}={str(value).lower()}"
+
+
+def _matched(
+    real: list[Element], sim: list[Element], pairs: list[tuple[Element, Element]]
+) -> tuple[float, float, float, list[str]]:
     """Bounds, flag and volatile-value agreement over matched elements (by key, then by order
     among elements sharing one: the checkboxes of a list), and reasons for flag changes."""
-    pairs = matched_pairs(real, sim)
     if not pairs:
         return 1.0, 1.0, 1.0, []
     moved = sum(not bounds_agree(a.bounds, b.bounds) for a, b in pairs)

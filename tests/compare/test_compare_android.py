@@ -335,9 +335,11 @@ def test_volatile_values_weigh_without_forcing_drift() -> None:
 
 
 def test_invented_volatile_element_is_still_hallucinated() -> None:
+    """An invented clock is drift, and named as the simulation wrote it (not ``<clock>``)."""
     real = "Accessibility Tree:\n<p id=0>Alarms</p>"
     result = compare(real, real + "\n<p id=1>7:05 PM</p>")
-    assert result.drift and result.hallucinations == ["ui:p:<clock>"]
+    assert result.drift and result.hallucinations == ["ui:p:7:05 PM"]
+    assert "hallucinated ui:p:7:05 PM" in result.reasons
 
 
 def test_volatile_kinds() -> None:

@@ -208,3 +208,74 @@ def test_in_app_texts_like_a_status_icon_stay_content_below_the_band() -> None:
     """Chrome's offline page says "No internet" too: far below the status bar it is content."""
     lines = [ui(0, (0, 0, 1080, 2400)), ui(1, (100, 900, 980, 1000), text="No internet")]
     assert system_ui(raw_elements("\n".join(lines))) == [False, False]
+
+
+def test_a_drifted_step_names_what_a_labeller_copies() -> None:
+    """On a drifted step the entities go down to what the rubric's labellers copy from the
+    screens: a box moved past the tolerance as each side wrote it, a changed flag in
+    AndroidWorld's spelling, an invented element's description beside its text, an invented
+    time as written (not ``<clock>``); the reasons count the boxes instead of listing them."""
+    real = phone()
+    sim = (
+        phone(inbox="9 new messages", shift=60)
+        + "\n"
+        + ui(10, (0, 600, 1080, 700), text="Gmail", desc="Predicted app: Gmail")
+        + "\n"
+        + ui(11, (0, 700, 1080, 800), text="16:00", checked=True)
+    )
+    sim = sim.replace(
+        "y_min=480, y_max=600), is_checked=False", "y_min=480, y_max=600), is_checked=True"
+    )
+    result = compare(real, sim)
+    assert result.drift
+    assert {"ui::9 new messages", "ui::Gmail", "ui::Predicted app: Gmail", "ui::16:00"} <= set(
+        result.hallucinations
+    )
+    assert "ui::<clock>" not in result.hallucinations
+    assert "bounds::Inbox:BoundingBox(x_min=147, x_max=900, y_min=144, y_max=270)" in (
+        result.hallucinations
+    )
+    assert "bounds::Inbox:BoundingBox(x_min=147, x_max=900, y_min=84, y_max=210)" in (
+        result.omissions
+    )
+    assert "flag::Meeting notes:is_checked=True" in result.hallucinations
+    assert "flag::Meeting notes:is_checked=False" in result.omissions
+    assert any(r.startswith("bounds moved: 3 of ") for r in result.reasons)
+    assert not any("BoundingBox" in r for r in result.reasons)
+
+
+def test_a_box_alone_never_decides_and_a_faithful_step_names_nothing() -> None:
+    """One element of several moved far: the score weighs it, no entity is named (the verdict
+    is the score's); a shown box the model repeats is stale, not invented."""
+    real = phone()
+    moved = real.replace("y_min=420, y_max=540", "y_min=460, y_max=580")
+    quiet = compare(real, moved)
+    assert quiet.metrics["bounds_agreement"] < 1.0
+    assert (quiet.drift, quiet.hallucinations, quiet.omissions) == (False, [], [])
+    far = phone(inbox="9 new messages", shift=60)
+    shown = CompareContext(action=AndroidAction(action_type="wait"), env_description=far)
+    result = AndroidComparator().compare(Observation(text=real), Observation(text=far), shown)
+    boxes = [e for e in result.stale if e.startswith("bounds:")]
+    assert result.drift and boxes
+    assert not [e for e in result.hallucinations if e.startswith("bounds:")]
+
+
+def test_other_forms_name_flags_and_boxes_as_they_write_them() -> None:
+    """uiautomator's XML writes ``checked="true"`` and ``[x1,y1][x2,y2]``."""
+
+    def node(checked: str, top: int) -> str:
+        return (
+            f'<node index="0" text="Wi-Fi" resource-id="a:id/t" class="android.widget.CheckBox" '
+            f'package="com.x" checked="{checked}" bounds="[0,{top}][500,{top + 100}]"/>'
+        )
+
+    result = compare(node("false", 100), node("true", 160))
+    assert result.drift
+    assert "flag:CheckBox:Wi-Fi:checked=true" in result.hallucinations
+    assert "bounds:CheckBox:Wi-Fi:[0,160][500,260]" in result.hallucinations
+    assert "bounds:CheckBox:Wi-Fi:[0,100][500,200]" in result.omissions
+
+
+def test_an_m3a_line_without_fields_does_not_raise() -> None:
+    assert m3a_elements("UI element 0: {x}") == [{}]
+    assert compare("UI element 0: {x}", 'UI element 0: {"text": "a"}').drift
