@@ -32,12 +32,27 @@ MYPY = "mypy==2.4.1"
 MKDOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}  # Material's end-of-life banner, printed on every build
 
 
+# verl's own dataset and reward code read the `--to verl` rows (tests/formats/
+# test_stack_loaders.py). verl pins transformers<5.11 and pulls its whole training stack
+# (ray[default], wandb, tensorboard, peft), so it goes in without its dependencies, beside the few
+# that verl.utils.dataset.rl_dataset and verl.utils.reward_score import (22 MB in all).
+VERL_LOADER = [
+    "verl==0.9.1",
+    "tensordict==0.10.0",
+    "pyvers==0.2.3",
+    "omegaconf==2.4.0",
+    "antlr4-python3-runtime==4.9.3",
+    "codetiming==1.4.0",
+]
+
+
 # pip, not uv: the CPU build of torch (for the real `transformers serve` tests) comes
 # from the machine's pip configuration (find-links), which uv does not read.
 @nox.session(venv_backend="venv")
 def tests(session: nox.Session) -> None:
     """The whole test suite, real sandboxes included (CI=true makes missing ones fail)."""
     install_package(session, "-e", ".[test]")
+    session.install("--no-deps", *VERL_LOADER)
     # under .nox/ (ignored); not session.create_tmp(), which would set TMPDIR inside the
     # virtualenv for every later command, and Ray refuses a temp_dir inside a virtualenv
     site = Path(".nox") / "docs-site"

@@ -78,7 +78,7 @@ def synthetic(count: int, seed: int = 0) -> Iterator[tuple[Trajectory, Trajector
                 "domain": "terminal",
                 "source": "sim",
                 "steps": steps,
-                "meta": {"task_instruction": f"Fix the failing test number {t}."},
+                "instruction": f"Fix the failing test number {t}.",
             }
         )
         scores = [rng.random() for _ in range(STEPS)]

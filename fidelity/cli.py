@@ -924,19 +924,124 @@ def import_(
 
 @app.command()
 def export(
-    fmt: Annotated[str, typer.Argument(help="agentworldbench")],
-    simulated: Annotated[Path, typer.Argument(help="Simulated JSONL (from fidelity simulate).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+    fmt: Annotated[str, typer.Argument(help="agentworldbench | wm-sft | wm-dpo")],
+    simulated: Annotated[
+        Path | None,
+        typer.Argument(help="agentworldbench: the simulated JSONL (from fidelity simulate)."),
+    ] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write.")] = None,
+    db: DbOption = Path("fidelity.duckdb"),
+    run: Annotated[
+        str | None, typer.Option("--run", help="wm-*: the stored run (default: the latest).")
+    ] = None,
+    domain: Annotated[
+        str | None, typer.Option("--domain", help="wm-*: only this domain's steps.")
+    ] = None,
+    only_drift: Annotated[
+        bool, typer.Option("--only-drift", help="wm-sft: only drifting steps (wm-dpo: always).")
+    ] = False,
+    max_depth: Annotated[
+        int | None, typer.Option("--max-depth", min=1, help="wm-*: only steps up to depth N.")
+    ] = None,
+    target: Annotated[
+        str,
+        typer.Option(
+            "--target",
+            help="wm-*: real (the observations as printed) or normalized (volatile values as "
+            "the comparator's placeholders).",
+        ),
+    ] = "real",
+    suite: Annotated[
+        Path | None,
+        typer.Option(
+            "--suite",
+            help="wm-*: the trajectories the run was given, for their instructions (default: "
+            "the path the run recorded).",
+        ),
+    ] = None,
+    prompts_dir: PromptsDir = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Write simulated predictions in another format (AgentWorldBench: the gen field)."""
+    """Write data in another format: simulated predictions for AgentWorldBench's judge (the gen
+    field), or a stored run's compared steps as training data for the world model (wm-sft: the
+    real observation as the answer; wm-dpo: drifting steps as preference pairs)."""
+    from fidelity.errors import UsageError
+    from fidelity.formats.convert import EXPORT_FORMATS
+
+    if fmt not in EXPORT_FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}; formats: {', '.join(EXPORT_FORMATS)}")
+    if output is None:
+        raise UsageError("--output/-o is required: the file to write")
+    if fmt in ("wm-sft", "wm-dpo"):
+        if simulated is not None:
+            raise UsageError(f"{fmt} reads a stored run (--db, --run), not a file argument")
+        if target not in ("real", "normalized"):
+            raise UsageError(f"--target {target!r}: choose real or normalized")
+        from fidelity.formats.wm_export import WmExportOptions, export_world_model
+
+        result = export_world_model(
+            WmExportOptions.model_validate(
+                {
+                    "kind": fmt,
+                    "db": db,
+                    "output": output,
+                    "run_id": run,
+                    "domain": _export_domain(domain),
+                    "only_drift": only_drift,
+                    "max_depth": max_depth,
+                    "target": target,
+                    "suite": suite,
+                    "prompts_dir": prompts_dir,
+                }
+            )
+        )
+        if result.run_prompts_hash is not None and result.run_prompts_hash != result.prompts_hash:
+            err.print(
+                f"warning: run {_escape(result.run_id)} was prompted with prompt set "
+                f"{result.run_prompts_hash}; these messages were built with {result.prompts_hash}"
+            )
+        if as_json:
+            out.print_json(result.model_dump_json())
+            return
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(result.skipped.items()))
+        out.print(
+            f"exported {result.rows} {fmt} rows of run {_escape(result.run_id)} "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(result.domains.items()))}; "
+            f"target {result.target}) → {_escape(result.output)}"
+            + (f"; left out: {skipped}" if skipped else "")
+        )
+        if result.without_task and result.suite is None:
+            err.print(
+                f"warning: {result.without_task} trajectories without their instruction: the "
+                "store keeps none and the run's suite is not here (pass --suite)"
+            )
+        return
+    wm_options = (run, domain, max_depth, suite, prompts_dir)
+    if wm_options != (None,) * 5 or only_drift or target != "real":
+        raise UsageError(
+            "--run, --domain, --only-drift, --max-depth, --target, --suite and --prompts-dir "
+            "go with wm-sft and wm-dpo"
+        )
+    if simulated is None:
+        raise UsageError(f"{fmt} needs the simulated JSONL file argument")
     from fidelity.formats.convert import export_trajectories
 
-    result = export_trajectories(fmt, simulated, output)
+    result_model = export_trajectories(fmt, simulated, output)
     if as_json:
-        out.print_json(result.model_dump_json())
+        out.print_json(result_model.model_dump_json())
         return
-    out.print(f"exported {_escape(str(result.model_dump()))}")
+    out.print(f"exported {_escape(str(result_model.model_dump()))}")
+
+
+def _export_domain(value: str | None) -> str | None:
+    """``--domain`` of an export: one of the seven."""
+    from fidelity.errors import UsageError
+    from fidelity.model import Domain
+
+    known = [d.value for d in Domain]
+    if value is not None and value not in known:
+        raise UsageError(f"--domain {value!r}: choose {', '.join(known)}")
+    return value
 
 
 @app.command()
@@ -1116,7 +1221,32 @@ def gate(
         typer.Option(
             "--to",
             help="Also write the admitted data for an RL stack: verl, skyrl (Parquet), "
-            "openrlhf, slime (JSONL); repeatable. Needs a DATASET.",
+            "openrlhf, slime (JSONL); or whole trajectories for fine-tuning: sft (Parquet); "
+            "repeatable. Needs a DATASET.",
+        ),
+    ] = None,
+    prompt: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt",
+            help="--to RL rows: instruction (default): the system prompt and the task; "
+            "conversation: the recorded turns too.",
+        ),
+    ] = None,
+    data_source: Annotated[
+        str | None,
+        typer.Option(
+            "--data-source",
+            help="--to: the rows' data_source (default: the trajectory's own, else "
+            "fidelity/<domain>); verl's default reward dispatches on it.",
+        ),
+    ] = None,
+    sft_tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--sft-tokenizer",
+            help="--to sft: a local tokenizer folder with a chat template; adds TRL's "
+            "pre-tokenized input_ids and assistant_masks (untrusted turns masked).",
         ),
     ] = None,
     image: ImageOption = None,
@@ -1146,6 +1276,8 @@ def gate(
             raise UsageError("--max-replays and --max-risk need a DATASET argument")
         if to:
             raise UsageError("--to needs a DATASET argument")
+        if (prompt, data_source, sft_tokenizer) != (None, None, None):
+            raise UsageError("--prompt, --data-source and --sft-tokenizer need a DATASET argument")
         if image is not None:
             raise UsageError("--image needs a DATASET argument")
         if site or site_reset:
@@ -1197,6 +1329,7 @@ def gate(
                     "ray_address": ray_address,
                     "layout": _layout(layout),
                     "to": _rl_formats(to or []),
+                    "export": _export_settings(to or [], prompt, data_source, sft_tokenizer),
                     "image": world.image,
                     "sandbox_options": world.options,
                     "trust": world.trust,
@@ -1281,14 +1414,40 @@ def _gate_usage(
 
 
 def _rl_formats(values: list[str]) -> list[str]:
-    """``--to``: each a format the RL export writes, once."""
+    """``--to``: each a format the export writes, once."""
     from fidelity.errors import UsageError
+    from fidelity.formats.rl_export import FORMATS
 
-    known = ("verl", "skyrl", "openrlhf", "slime")
     for value in values:
-        if value not in known:
-            raise UsageError(f"--to {value!r}: choose {', '.join(known)}")
+        if value not in FORMATS:
+            raise UsageError(f"--to {value!r}: choose {', '.join(FORMATS)}")
     return list(dict.fromkeys(values))
+
+
+def _export_settings(
+    to: list[str], prompt: str | None, data_source: str | None, tokenizer: Path | None
+) -> Any:
+    """``--prompt``, ``--data-source`` and ``--sft-tokenizer``, checked against ``--to``."""
+    from fidelity.errors import UsageError
+    from fidelity.formats.rl_export import ExportSettings
+
+    if not to and (prompt is not None or data_source is not None or tokenizer is not None):
+        raise UsageError("--prompt, --data-source and --sft-tokenizer go with --to")
+    if prompt not in (None, "instruction", "conversation"):
+        raise UsageError(f"--prompt {prompt!r}: choose instruction or conversation")
+    if prompt is not None and set(to) == {"sft"}:
+        raise UsageError("--prompt is for the RL rows (--to verl|skyrl|openrlhf|slime), not sft")
+    if tokenizer is not None and "sft" not in to:
+        raise UsageError("--sft-tokenizer goes with --to sft")
+    if data_source is not None and not data_source.strip():
+        raise UsageError("--data-source: give a name")
+    if tokenizer is not None:
+        from fidelity.formats.sft_export import load_tokenizer
+
+        load_tokenizer(tokenizer)  # a bad folder is refused before any replay
+    return ExportSettings(
+        prompt=prompt or "instruction", data_source=data_source, tokenizer=tokenizer
+    )
 
 
 def _layout(value: str | None) -> str:

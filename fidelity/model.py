@@ -22,8 +22,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -419,6 +421,20 @@ class Outcome(Strict):
     claimed_by: Literal["simulation", "dataset"] | None = Field(
         default=None, description="simulation: the agent inside the world model; dataset: a label"
     )
+    answer: str | None = Field(
+        default=None,
+        description="the answer the dataset gives for the task, as text (an RL record's string "
+        "ground truth): kept and exported as it is, never graded here; whether the run "
+        "succeeded stays unknown until the environment's check (env.check) decides",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_answer(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """An unset ``answer`` is left out (outcomes dump and hash as before it existed)."""
+        data = handler(self)
+        if isinstance(data, dict) and "answer" in data and data["answer"] is None:
+            del data["answer"]
+        return data
 
 
 class SweInstance(Strict):
@@ -590,12 +606,35 @@ class EnvSpec(Strict):
         return stable_hash(self.model_dump(mode="json", exclude=unset or None))
 
 
+TASK_META: Final = "task_instruction"
+"""The ``meta`` key older files hold the task in: read when ``instruction`` is unset."""
+
+_TASK_FIELDS: Final = ("instruction", "system_prompt")
+
+
 class Trajectory(Strict):
-    """An environment spec plus an ordered list of steps (depth = 1-based index)."""
+    """An environment spec plus an ordered list of steps (depth = 1-based index).
+
+    ``instruction`` is what the agent was asked to do and ``system_prompt`` what it was
+    told it is (its system message); both optional, and left out of the JSON when unset.
+    They are not ``env.task`` (a Terminal-Bench task folder).
+    """
 
     version: Literal[1] = FORMAT_VERSION
     id: str = Field(min_length=1, max_length=200)
     domain: Domain
+    instruction: str | None = Field(
+        default=None,
+        min_length=1,
+        description="what the agent was asked to do: the task, issue or goal (shown to the "
+        "world model on turn 1, the prompt of the training exports)",
+    )
+    system_prompt: str | None = Field(
+        default=None,
+        min_length=1,
+        description="what the agent was told it is: its system message (the exports' system "
+        "turn; never shown to the world model, whose system prompt is its own)",
+    )
     env: EnvSpec = Field(default_factory=EnvSpec)
     steps: list[Step] = Field(min_length=1)
     source: Literal["real", "sim", "suite"] = "suite"
@@ -610,6 +649,32 @@ class Trajectory(Strict):
         if not value.isprintable():
             raise ValueError("must be printable text")
         return value
+
+    @model_serializer(mode="wrap")
+    def _without_unset_task(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Unset ``instruction`` and ``system_prompt`` are left out, so a trajectory without
+        them dumps (and hashes: suite digests, cache keys) as it did before they existed."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in _TASK_FIELDS:
+                if name in data and data[name] is None:
+                    del data[name]
+        return data
+
+    @property
+    def task_instruction(self) -> str | None:
+        """The task the agent was asked to do: ``instruction``, else ``meta.task_instruction``
+        (files written before the field existed), else the SWE-bench record's
+        ``problem_statement`` (``env.instance``); None when none is known."""
+        if self.instruction is not None:
+            return self.instruction
+        legacy = self.meta.get(TASK_META)
+        if isinstance(legacy, str) and legacy:
+            return legacy
+        record = self.env.instance.record if self.env.instance is not None else None
+        if record is not None and record.problem_statement:
+            return record.problem_statement
+        return None
 
     def with_observations(
         self, observations: list[Observation], source: Literal["real", "sim"], **meta: Any

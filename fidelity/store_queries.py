@@ -210,6 +210,38 @@ QUERIES: dict[str, str] = {
                 AND m.depth = c.depth AND m.side = 'sim' AND m.mode = c.mode AND m.sample = c.sample
            WHERE c.run_id = ?
            ORDER BY c.trajectory_id, c.mode, c.sample, c.depth""",
+    # every drifting step (the mode filter), with what tells its cause (fidelity.analysis.causes)
+    "causes_drifting_steps": f"""SELECT c.domain, c.trajectory_id, c.depth, c.reasons,
+                  c.hallucinations, c.omissions, c.stale
+           FROM comparisons c
+           WHERE c.run_id = ? AND c.drift AND NOT c.infra_failure AND {MODE_FILTER}
+           ORDER BY c.domain, c.trajectory_id, c.depth, c.mode, c.sample""",
+    # the world-model exports (fidelity.formats.wm_export): a run's trajectories, compared steps
+    "wm_compared": """SELECT count(*) FROM comparisons WHERE run_id = ? AND NOT infra_failure""",
+    "wm_trajectories": """SELECT t.trajectory_id, t.domain, t.env FROM trajectories t
+           WHERE t.run_id = ? AND t.trajectory_id IN (
+               SELECT trajectory_id FROM comparisons WHERE run_id = ? AND NOT infra_failure)
+           ORDER BY t.trajectory_id""",
+    # one trajectory's actions, controls and real observations, in depth order
+    "wm_steps": """SELECT s.depth, s.action_json, s.control, r.text, r.exit_code, r.cwd,
+                  r.timed_out, r.truncated, r.error, r.state
+           FROM steps s
+           LEFT JOIN observations r ON r.run_id = s.run_id AND r.trajectory_id = s.trajectory_id
+                AND r.depth = s.depth AND r.side = 'real'
+           WHERE s.run_id = ? AND s.trajectory_id = ?
+           ORDER BY s.depth""",
+    # one trajectory's simulated observations, per mode and sample
+    "wm_simulated": """SELECT mode, sample, depth, text, exit_code, cwd, timed_out, truncated,
+                  error, state
+           FROM observations
+           WHERE run_id = ? AND trajectory_id = ? AND side = 'sim'
+           ORDER BY mode, sample, depth""",
+    # one trajectory's compared steps (infrastructure failures left out)
+    "wm_comparisons": """SELECT mode, sample, depth, domain, score, drift, reasons,
+                  hallucinations, omissions, stale
+           FROM comparisons
+           WHERE run_id = ? AND trajectory_id = ? AND NOT infra_failure
+           ORDER BY mode, sample, depth""",
 }
 """Every named read."""
 
@@ -222,6 +254,17 @@ def rows(store: Store, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]
 def row(store: Store, name: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """The first row of query *name* (None when there is none)."""
     return store.connection.execute(QUERIES[name], list(params)).fetchone()
+
+
+def stream(store: Store, name: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of query *name*, fetched in batches (memory flat in the result's size)."""
+    cursor = store.cursor()
+    try:
+        cursor.execute(QUERIES[name], list(params))
+        while batch := cursor.fetchmany(_FETCH_ROWS):
+            yield from batch
+    finally:
+        cursor.close()
 
 
 def dicts(store: Store, name: str, params: Sequence[Any]) -> list[dict[str, Any]]:

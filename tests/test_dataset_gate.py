@@ -40,6 +40,7 @@ def _dataset(tmp_path: Path, drift_from: dict[str, int | None]) -> Path:
             Trajectory(
                 id=tid,
                 domain="terminal",
+                instruction="Echo the four words.",
                 steps=steps,
                 source="sim",
                 meta={"model": "toy-wm", "mode": "open-loop", "prompts_hash": "abc123"},

@@ -65,6 +65,7 @@ def _trajectory(tid: str, makes: bool, claimed: bool, check: str) -> Trajectory:
     return Trajectory(
         id=tid,
         domain="terminal",
+        instruction=f"Make the check of {tid} pass.",
         # only the hanging check waits out its timeout; the others get room on a loaded machine
         env=EnvSpec(check=OutcomeCheck(command=check, timeout=2 if tid == "hangs" else 120)),
         steps=steps,
@@ -170,7 +171,9 @@ def test_gate_writes_rl_formats_with_the_trust_fields(
     assert ok["extra_info"]["trust_horizon"] == 2
     assert ok["extra_info"]["trust_mask"] == [1, 1]
     assert [t["score"] for t in ok["extra_info"]["turns"]] == [1.0, 1.0]
-    assert ok["reward_model"]["ground_truth"]["success"] is True
+    assert ok["reward_model"]["ground_truth"] == "1.0"  # a string, as verl's scorers take
+    assert ok["extra_info"]["outcome"]["success"] is True
+    assert ok["prompt"][0] == {"role": "user", "content": "Make the check of agree-success pass."}
     assert "hangs" not in by_id  # its claim could not be checked: no reward is exported
     lines = _lines(out / "admitted.openrlhf.jsonl")
     assert {line["metadata"]["trajectory_id"] for line in lines} == admitted  # type: ignore[index]

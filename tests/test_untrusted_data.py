@@ -270,6 +270,7 @@ def _checked_line(check: str, claimed: bool = True) -> Trajectory:
                 {"workdir": None, "check": {"command": check, "timeout": 30}}
             ),
             "outcome": Outcome(success=claimed, claimed_by="simulation"),
+            "instruction": "Write hi to out.txt.",
         }
     )
     sim = [

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from devsets.android_world.load import Pair, load_records
 from devsets.wm.build_tasks import prompt_text
 from fidelity.model import Domain, EnvSpec, Step, Trajectory
-from fidelity.worldmodels.prompting import TASK_META, build_messages
+from fidelity.worldmodels.prompting import build_messages
 
 
 def task(pair: Pair) -> dict[str, object]:
@@ -33,10 +33,10 @@ def task(pair: Pair) -> dict[str, object]:
     trajectory = Trajectory(
         id=pair.id,
         domain=Domain.android,
+        instruction=pair.goal or None,  # AndroidWorld's goal: the agent's task
         env=EnvSpec(initial_observation=pair.before),
         steps=[Step(action=pair.action)],
         source="real",
-        meta={TASK_META: pair.goal},
     )
     messages = build_messages(trajectory, [], pair.action, 1)
     return {

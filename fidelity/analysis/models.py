@@ -239,6 +239,32 @@ class DomainOutcomes(_Row):
     horizon: HorizonAgreement
 
 
+class CauseExample(_Row):
+    """One drifting step of a cause, and the reason or entity that shows it."""
+
+    trajectory_id: str
+    depth: int
+    detail: str
+
+
+class DepthCount(_Row):
+    """Drifting steps of a cause at one depth."""
+
+    depth: int
+    steps: int
+
+
+class CauseRow(_Row):
+    """The drifting steps of one domain with one cause (:mod:`fidelity.analysis.causes`)."""
+
+    domain: str
+    cause: str
+    steps: int
+    share: float = Field(description="of the domain's drifting steps")
+    examples: list[CauseExample] = Field(description="the first three, in trajectory order")
+    by_depth: list[DepthCount] = Field(description="its steps per depth")
+
+
 class RunSummary(_Row):
     """Everything a report or gate needs about one run."""
 
@@ -257,4 +283,9 @@ class RunSummary(_Row):
     judge: JudgeFigures | None = None  # None: the run was not judged
     outcomes: list[DomainOutcomes] = Field(default_factory=list)  # per domain; [] without any
     unverifiable: list[UnverifiableRow] = Field(default_factory=list)  # [] without any
+    causes: list[CauseRow] = Field(
+        default_factory=list,
+        description="drifting steps by cause, per domain (the headline mode); their steps add "
+        "up to the drifting steps",
+    )
     min_cell_steps: int = 30

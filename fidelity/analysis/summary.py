@@ -6,6 +6,7 @@ import json
 
 from fidelity import store_queries as queries
 from fidelity.analysis import cells as _cells
+from fidelity.analysis.causes import cause_rows
 from fidelity.analysis.cells import MIN_CELL_STEPS, trust_horizon
 from fidelity.analysis.models import (
     DEFAULT_HORIZON_LIMIT,
@@ -80,6 +81,7 @@ def summarize(
             "trend": _cells.trend(store, run_id),
             "simulation": simulation_figures(store, run_id),
             "judge": _judge(store, run_id),
+            "causes": cause_rows(store, run_id, mode),
         }
     )
 

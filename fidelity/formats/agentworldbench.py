@@ -13,7 +13,7 @@ observations, each starting with ``**Environment Observation:**``),
 One sample becomes one trajectory of ``turn_idx`` steps with id
 ``{domain}-{id}-t{turn_idx}``; a repeated (domain, id, turn_idx) keeps its
 later copies under ``…-dup2``, ``…-dup3`` and is reported. The task
-instruction goes to ``meta["task_instruction"]``, the initial state to
+instruction goes to ``instruction``, the initial state to
 ``env.initial_observation``, and each turn's action to a structured action
 where its JSON has a known shape (else a :class:`TextAction` holding the
 JSON as written). The whole record stays in ``meta["agentworldbench"]`` so
@@ -60,7 +60,6 @@ from fidelity.worldmodels.prompting import (
     CLOSE_TAG,
     EVALUATED_TURN,
     OPEN_TAG,
-    TASK_META,
     parse_prediction,
 )
 
@@ -284,13 +283,12 @@ def _trajectory(path: Path, number: int, record: dict[str, Any]) -> Trajectory:
         AWB_META: {**record, "suffix": benchmark_suffix(record)},
         "imported_from": f"{path}:{number}",
     }
-    if first.instruction:
-        meta[TASK_META] = first.instruction
     if predicted:
         meta.update(mode="teacher-forced", sample=0, **{EVALUATED_TURN: turn})
     return Trajectory(
         id=f"{domain}-{record['id']}-t{turn}",
         domain=Domain(domain),
+        instruction=first.instruction or None,
         env={"initial_observation": first.state} if first.state else {},
         steps=[Step(action=a, observation=o) for a, o in zip(actions, observations, strict=True)],
         source="sim" if predicted else "real",

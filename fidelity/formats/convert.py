@@ -21,7 +21,7 @@ IMPORT_FORMATS = (
     "openrlhf",
     "slime",
 )
-EXPORT_FORMATS = ("agentworldbench",)
+EXPORT_FORMATS = ("agentworldbench", "wm-sft", "wm-dpo")
 
 
 class ImportResult(BaseModel):
@@ -153,7 +153,8 @@ def sniff_format(path: Path) -> str | None:
 
 
 def export_trajectories(fmt: str, simulated: Path, output: str | os.PathLike[str]) -> BaseModel:
-    """Write the predictions of a simulated JSONL file in format *fmt*."""
+    """Write the predictions of a simulated JSONL file in format *fmt* (``agentworldbench``;
+    ``wm-sft`` and ``wm-dpo`` read a stored run: :mod:`fidelity.formats.wm_export`)."""
     if fmt != "agentworldbench":
         raise UsageError(f"unknown export format {fmt!r}; formats: {', '.join(EXPORT_FORMATS)}")
     from fidelity.formats.agentworldbench import export_predictions

@@ -227,24 +227,41 @@ class PathConfiner:
         self._resolved: dict[tuple[str, bool], Path] = {}
 
     def confine(self, trajectory: Trajectory, line: int) -> Trajectory:
-        """*trajectory* with its env paths resolved (itself when it names none)."""
+        """*trajectory* with its env paths resolved (itself when it names none).
+
+        A Terminal-Bench task folder is checked as one; a trajectory naming one without a task
+        instruction of its own gets ``task.yaml``'s ``instruction`` as its ``instruction``.
+        """
         env = trajectory.env
-        if env.task is not None:  # a Terminal-Bench task folder, checked as one
-            env = env.model_copy(update={"task": self._task(env.task, line)})
-            trajectory = trajectory.model_copy(update={"env": env})
+        if env.task is not None:
+            folder, instruction = self._task(env.task, line)
+            env = env.model_copy(update={"task": folder})
+            update: dict[str, Any] = {"env": env}
+            if trajectory.task_instruction is None:
+                update["instruction"] = instruction
+            trajectory = trajectory.model_copy(update=update)
         if env.workdir is None and not any(entry.startswith("@") for entry in env.setup):
             return trajectory
         return trajectory.model_copy(update={"env": self._env(env, line)})
 
-    def _task(self, raw: str, line: int) -> str:
+    def with_instruction(self, trajectory: Trajectory, line: int) -> Trajectory:
+        """*trajectory* with its Terminal-Bench folder's instruction when it has no task of its
+        own (its paths left as they are); itself otherwise."""
+        if trajectory.env.task is None or trajectory.task_instruction is not None:
+            return trajectory
+        _, instruction = self._task(trajectory.env.task, line)
+        return trajectory.model_copy(update={"instruction": instruction})
+
+    def _task(self, raw: str, line: int) -> tuple[str, str]:
+        """The task folder, resolved and checked, and its ``task.yaml`` instruction."""
         folder = self._confined(raw, line, "env.task", dir_wanted=True)
         from fidelity.harnesses.terminal_bench import load_task
 
         try:
-            load_task(folder)
+            task = load_task(folder)
         except InputFormatError as exc:
             raise InputFormatError(self.path, line, "env.task", str(exc)) from None
-        return str(folder)
+        return str(folder), task.config.instruction
 
     def _env(self, env: EnvSpec, line: int) -> EnvSpec:
         workdir = env.workdir

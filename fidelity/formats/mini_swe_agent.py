@@ -11,7 +11,10 @@ out") becomes an observation with ``timed_out`` set; the final submission
 (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff``) keeps its text
 without an exit code. The trajectory id is ``instance_id`` (else the file
 name); it is of domain ``swe`` and plain ``info`` fields go to ``meta``, its claimed
-outcome (exit status and submission) to ``outcome``.
+outcome (exit status and submission) to ``outcome``. The system message becomes
+``system_prompt``; the task (``{{task}}`` of the run's ``instance_template``, as recorded in
+``info.config.agent``, else the text between ``<pr_description>`` markers, else the whole first
+user message) becomes ``instruction``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ from typing import Any
 
 from fidelity.errors import InputFormatError, NotFoundError
 from fidelity.formats.jsonl import nested_json
-from fidelity.formats.swe_agent import claimed_outcome, plain_fields
+from fidelity.formats.swe_agent import (
+    claimed_outcome,
+    message_text,
+    plain_fields,
+    problem_statement,
+)
 from fidelity.model import CommandAction, Domain, Observation, Step, Trajectory
 
 FORMAT_PREFIX = "mini-swe-agent"
@@ -56,14 +64,52 @@ def read_mini_swe_agent(path: str | os.PathLike[str]) -> Trajectory:
     info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
     instance = data.get("instance_id")
     name = instance if isinstance(instance, str) and instance else _stem(path)
+    system, user = _opening(messages)
     return Trajectory(
         id=name[:200],
         domain=Domain.swe,
+        instruction=_task(user, info) if user else None,
+        system_prompt=system,
         steps=steps,
         source="real",
         meta={"imported_from": str(path), "mini_swe_agent": plain_fields(info)},
         outcome=claimed_outcome(info),
     )
+
+
+_TEMPLATE_TAG = re.compile(r"\{\{|\{%")
+
+
+def _opening(messages: list[Any]) -> tuple[str | None, str | None]:
+    """The system message and the first user message (the task), as text."""
+    system = user = None
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        text = message_text(message.get("content"))
+        if message.get("role") == "system" and system is None and user is None:
+            system = text.strip() or None if text else None
+        elif message.get("role") == "user":
+            user = text
+            break
+    return system, user
+
+
+def _task(message: str, info: dict[str, Any]) -> str | None:
+    """The ``{{task}}`` the run's instance template put into *message*, when the recorded
+    template shows where (literal text before it, and after it up to the template's next
+    tag); else :func:`~fidelity.formats.swe_agent.problem_statement` of the message."""
+    config = info.get("config")
+    agent = config.get("agent") if isinstance(config, dict) else None
+    template = agent.get("instance_template") if isinstance(agent, dict) else None
+    if isinstance(template, str) and "{{task}}" in template:
+        head, _, tail = template.partition("{{task}}")
+        literal = _TEMPLATE_TAG.split(tail, maxsplit=1)[0]
+        if not _TEMPLATE_TAG.search(head) and message.startswith(head) and literal:
+            end = message.find(literal, len(head))
+            if end >= 0 and message[len(head) : end].strip():
+                return message[len(head) : end].strip()
+    return problem_statement(message)
 
 
 def _stem(path: Path) -> str:

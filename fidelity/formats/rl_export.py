@@ -10,30 +10,39 @@ What a row holds:
 - ``prompt``: chat messages (``{role, content}``) in the *agent's* view. (The world model's
   view, :func:`fidelity.worldmodels.prompting.build_messages`, is the other way round:
   actions are its user turns.) An agent-RL stack rolls its policy out from a prompt
-  against an environment, so by default (``prompt="initial"``) it is the system prompt
-  when one is given, then one user turn: the task (``meta["task_instruction"]``, else
-  ``env.description``) and what the agent sees first (``env.initial_observation``), empty
-  when neither is known. ``prompt="full"`` appends the exported turns (the action as an
-  assistant message, the observation as a user message), for stacks that train on the
-  recorded history.
-- ``data_source``: the options' (a dataset's name), else ``fidelity/<domain>``; the
-  domain is verl's ``ability`` and SkyRL's ``env_class``.
-- the reward fields: ``ground_truth`` is the trajectory's :class:`~fidelity.model.Outcome`
-  (``success``, ``reward``, ``claimed_by``) when one is given, else null.
+  against an environment, so by default (``prompt="instruction"``) it is the system prompt
+  (the trajectory's ``system_prompt``, else the options') when there is one, then one user
+  turn: the task (:attr:`~fidelity.model.Trajectory.task_instruction`) and what the agent
+  sees first (``env.initial_observation``). A trajectory without a task is refused there.
+  ``prompt="conversation"`` appends the exported turns (the action as an assistant message,
+  the observation as a user message), for stacks that train on the recorded history.
+- ``data_source``: the options' (a dataset's name), else the trajectory's own
+  (``meta.data_source``: an imported record's), else ``fidelity/<domain>``; the domain is
+  verl's ``ability`` and SkyRL's ``env_class``. OpenRLHF reads it as ``datasource`` (a
+  top-level key), slime as ``metadata.source_name``.
+- the ground truth, where each stack's stock reward reads it (verl
+  ``reward_model.ground_truth``, SkyRL ``reward_spec.ground_truth``, OpenRLHF's and slime's
+  label key): a string (:func:`ground_truth`): the outcome's ``answer`` (a dataset's text
+  answer) when it has one, else the claimed reward (``1.0`` for a claimed success, ``0.0``
+  for a failure) written as a decimal, null when nothing is claimed. The outcome itself, as
+  fidelity holds it, is ``extra_info.outcome``.
 - ``extra_info`` (the JSONL formats' metadata): fidelity's verdicts, a struct whose fields
   are the same in every row (:data:`EXTRA_INFO_FIELDS`; Parquet needs a stable schema, so
   free-form values such as the environment spec are JSON strings): ``trust_horizon``,
   ``trust_mask`` (per exported turn, 1 up to the trust horizon, 0 after: multiply a
   turn's loss by it to train only on trusted turns), ``turns`` (each exported step: the
   action, the simulated observation, its ``score`` and ``drift`` verdict, null where the
-  step was not verified), ``outcome_agreement`` (null when unknown) and provenance.
+  step was not verified), ``outcome_agreement`` (null when unknown), ``outcome`` and
+  provenance.
 
 The columns: verl ``data_source, prompt, ability, reward_model{style, ground_truth},
 extra_info`` (and ``agent_name`` when one is given); SkyRL ``data_source, prompt,
 env_class, reward_spec{method, ground_truth}, extra_info``; OpenRLHF one JSON object per
-line under the user's ``input_key`` (the prompt), ``label_key`` (the ground truth) and
-``metadata_key`` (``data_source`` and the ``extra_info`` fields); slime the same plus
-``tool_key`` (the environment's tool definitions, null when it has none).
+line under the user's ``input_key`` (the prompt), ``label_key`` (the ground truth),
+``datasource`` and ``metadata_key`` (``data_source`` and the ``extra_info`` fields); slime
+the prompt, the label, ``tool_key`` (the environment's tool definitions, null when it has
+none) and the metadata (also ``source_name``). ``format="sft"`` writes whole trajectories
+for fine-tuning instead (:mod:`fidelity.formats.sft_export`).
 
 Only the first ``keep`` steps of a trajectory are exported (the gate's cut); with
 ``keep=0`` the row still carries the task prompt, with no turns.
@@ -41,94 +50,45 @@ Only the first ``keep`` steps of a trajectory are exported (the gate's cut); wit
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from fidelity.errors import UsageError
+from fidelity.formats.export_base import DATA_SOURCE_META as DATA_SOURCE_META
+from fidelity.formats.export_base import EXTRA_INFO_FIELDS as EXTRA_INFO_FIELDS
+from fidelity.formats.export_base import OUTCOME_FIELDS as OUTCOME_FIELDS
+from fidelity.formats.export_base import TURN_FIELDS as TURN_FIELDS
+from fidelity.formats.export_base import ExportSettings as ExportSettings
+from fidelity.formats.export_base import PromptLayout as PromptLayout
+from fidelity.formats.export_base import StepVerdict as StepVerdict
+from fidelity.formats.export_base import TrajectoryFidelity as TrajectoryFidelity
+from fidelity.formats.export_base import arrow as arrow
+from fidelity.formats.export_base import data_source as data_source
+from fidelity.formats.export_base import extra_info as extra_info
+from fidelity.formats.export_base import extra_info_type as extra_info_type
+from fidelity.formats.export_base import opening as opening
+from fidelity.formats.export_base import task_of as task_of
 from fidelity.formats.jsonl import json_line, staged_file
-from fidelity.model import Outcome, Step, Trajectory
-from fidelity.worldmodels.prompting import TASK_META
+from fidelity.model import Outcome as Outcome
+from fidelity.model import Step, Trajectory
 
-RLFormat = Literal["verl", "skyrl", "openrlhf", "slime"]
-FORMATS: Final[tuple[RLFormat, ...]] = ("verl", "skyrl", "openrlhf", "slime")
-PARQUET_FORMATS: Final = frozenset({"verl", "skyrl"})
-
-EXTRA_INFO_FIELDS: Final = (
-    "index",
-    "trajectory_id",
-    "domain",
-    "source",
-    "gate_run_id",
-    "verified",
-    "trust_horizon",
-    "steps",
-    "original_steps",
-    "outcome_agreement",
-    "trust_mask",
-    "turns",
-    "env",
-    "tools",
-)
-"""The fields of ``extra_info``, in order; every row has all of them (null where unknown)."""
-
-TURN_FIELDS: Final = (
-    "depth",
-    "action_type",
-    "action",
-    "observation",
-    "exit_code",
-    "state",
-    "score",
-    "drift",
-)
-"""The fields of each entry of ``extra_info.turns``."""
+RLFormat = Literal["verl", "skyrl", "openrlhf", "slime", "sft"]
+FORMATS: Final[tuple[RLFormat, ...]] = ("verl", "skyrl", "openrlhf", "slime", "sft")
+"""Every format ``--to`` writes: the four RL stacks' rows, and ``sft`` (whole trajectories)."""
+RL_FORMATS: Final[tuple[RLFormat, ...]] = ("verl", "skyrl", "openrlhf", "slime")
+"""The RL stacks' rows (what ``fidelity import`` reads back)."""
+PARQUET_FORMATS: Final = frozenset({"verl", "skyrl", "sft"})
 
 
-class StepVerdict(BaseModel):
-    """Fidelity's verdict on one simulated step (both null: the step was not verified)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    score: float | None = Field(default=None, ge=0, le=1)
-    drift: bool | None = None
-
-
-class TrajectoryFidelity(BaseModel):
-    """What the gate knows about one trajectory's trustworthiness."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    trust_horizon: int = Field(
-        ge=0, description="turns trusted: the trajectory's own when verified, else the domain's"
-    )
-    verified: bool = Field(description="replayed for real and compared step by step")
-    steps: list[StepVerdict] = Field(
-        default_factory=list,
-        description="per step of the trajectory, in order; missing ones are not verified",
-    )
-    outcome_agreement: bool | None = Field(
-        default=None, description="whether the real replay's outcome matched (None: unknown)"
-    )
-    gate_run_id: str | None = None
-
-
-class ExportOptions(BaseModel):
-    """How trajectories become rows of one RL stack's dataset."""
-
-    model_config = ConfigDict(extra="forbid")
+class ExportOptions(ExportSettings):
+    """How trajectories become rows of one stack's dataset."""
 
     format: RLFormat
-    data_source: str | None = Field(default=None, description="None: fidelity/<domain>")
-    prompt: Literal["initial", "full"] = Field(
-        default="initial", description="initial: system + task; full: the turns too"
-    )
-    system_prompt: str | None = Field(default=None, description="the agent's system message")
     reward: Literal["rule", "model"] = Field(
         default="rule", description="verl's reward_model.style; SkyRL's reward_spec.method"
     )
@@ -147,6 +107,8 @@ class ExportOptions(BaseModel):
         keys = [self.input_key, self.label_key, self.metadata_key]
         if self.format == "slime":
             keys.append(self.tool_key)
+        if self.format == "openrlhf":
+            keys.append("datasource")
         if len(set(keys)) != len(keys):
             raise ValueError(f"the JSONL keys must differ: {', '.join(keys)}")
         return self
@@ -187,10 +149,10 @@ def row(
 ) -> dict[str, Any]:
     """One trajectory as one row of *options.format* (the first *keep* steps; None: all)."""
     steps = _kept_steps(trajectory, fidelity, keep)
-    prompt = _prompt(trajectory, steps, options)
-    truth = None if outcome is None else outcome.model_dump()
-    extra = _extra_info(trajectory, fidelity, steps, index)
-    source = options.data_source or f"fidelity/{trajectory.domain.value}"
+    prompt = prompt_messages(trajectory, steps, options)
+    truth = ground_truth(outcome)
+    extra = extra_info(trajectory, fidelity, steps, index, outcome)
+    source = data_source(trajectory, options)
     domain = trajectory.domain.value
     if options.format == "verl":
         reward = {"style": options.reward, "ground_truth": truth}
@@ -201,11 +163,30 @@ def row(
         spec = {"method": "rule" if options.reward == "rule" else "reward_model"}
         data = {"data_source": source, "prompt": prompt, "env_class": domain}
         return data | {"reward_spec": {**spec, "ground_truth": truth}, "extra_info": extra}
-    line = {options.input_key: prompt, options.label_key: truth}
-    if options.format == "slime":
-        line[options.tool_key] = trajectory.env.tools
-    line[options.metadata_key] = {"data_source": source, **extra}
+    if options.format == "sft":
+        raise UsageError("sft rows are written by fidelity.formats.sft_export")
+    line: dict[str, Any] = {options.input_key: prompt, options.label_key: truth}
+    if options.format == "openrlhf":
+        line["datasource"] = source  # OpenRLHF: data.get("datasource", "default")
+        line[options.metadata_key] = {"data_source": source, **extra}
+        return line
+    line[options.tool_key] = trajectory.env.tools
+    line[options.metadata_key] = {"data_source": source, "source_name": source, **extra}
     return line
+
+
+def ground_truth(outcome: Outcome | None) -> str | None:
+    """The ground truth a stack's reward reads, as a string: the outcome's ``answer``, else its
+    claimed reward (a success ``1.0``, a failure ``0.0``) as a decimal; None without a claim."""
+    if outcome is None:
+        return None
+    if outcome.answer is not None:
+        return outcome.answer
+    if outcome.reward is not None:
+        return repr(float(outcome.reward))
+    if outcome.success is not None:
+        return "1.0" if outcome.success else "0.0"
+    return None
 
 
 def _kept_steps(
@@ -223,76 +204,19 @@ def _kept_steps(
     return trajectory.steps[:kept]
 
 
-def _prompt(
-    trajectory: Trajectory, steps: Sequence[Step], options: ExportOptions
+def prompt_messages(
+    trajectory: Trajectory, steps: Sequence[Step], options: ExportSettings
 ) -> list[dict[str, str]]:
-    messages = []
-    if options.system_prompt is not None:
-        messages.append({"role": "system", "content": options.system_prompt})
-    task = trajectory.meta.get(TASK_META) or trajectory.env.description or ""
-    first = [str(task), trajectory.env.initial_observation or ""]
-    messages.append({"role": "user", "content": "\n\n".join(part for part in first if part)})
-    if options.prompt == "full":
+    """The row's prompt: the opening (:func:`opening`), and under ``prompt="conversation"``
+    each step's action (an assistant message) and observation (a user message)."""
+    conversation = options.prompt == "conversation"
+    messages = opening(trajectory, options, required=not conversation)
+    if conversation:
         for step in steps:
             seen = step.observation.text if step.observation is not None else ""
             messages.append({"role": "assistant", "content": step.action.render()})
             messages.append({"role": "user", "content": seen})
     return messages
-
-
-def _extra_info(
-    trajectory: Trajectory, fidelity: TrajectoryFidelity, steps: Sequence[Step], index: int
-) -> dict[str, Any]:
-    verdicts = fidelity.steps
-    turns = [
-        _turn(depth, step, verdicts[depth - 1] if depth <= len(verdicts) else StepVerdict())
-        for depth, step in enumerate(steps, start=1)
-    ]
-    return {
-        "index": index,
-        "trajectory_id": trajectory.id,
-        "domain": trajectory.domain.value,
-        "source": trajectory.source,
-        "gate_run_id": fidelity.gate_run_id,
-        "verified": fidelity.verified,
-        "trust_horizon": fidelity.trust_horizon,
-        "steps": len(steps),
-        "original_steps": len(trajectory.steps),
-        "outcome_agreement": fidelity.outcome_agreement,
-        "trust_mask": [int(depth <= fidelity.trust_horizon) for depth in range(1, len(steps) + 1)],
-        "turns": turns,
-        "env": json_line(trajectory.env.model_dump(mode="json", exclude_none=True)),
-        "tools": None if trajectory.env.tools is None else json_line(trajectory.env.tools),
-    }
-
-
-def _turn(depth: int, step: Step, verdict: StepVerdict) -> dict[str, Any]:
-    seen = step.observation
-    return {
-        "depth": depth,
-        "action_type": step.action.type,
-        "action": step.action.render(),
-        "observation": None if seen is None else seen.text,
-        "exit_code": None if seen is None else seen.exit_code,
-        "state": None if seen is None or seen.state is None else json_line(seen.state),
-        "score": verdict.score,
-        "drift": verdict.drift,
-    }
-
-
-def arrow(doing: str = "writing") -> tuple[Any, Any]:
-    """``(pyarrow, pyarrow.parquet)``, imported on first use (only Parquet needs them).
-
-    Without pyarrow, a :class:`~fidelity.errors.UsageError` saying how to install it;
-    *doing* (``writing`` or ``reading``) names what needed it.
-    """
-    try:
-        return importlib.import_module("pyarrow"), importlib.import_module("pyarrow.parquet")
-    except ImportError as exc:
-        raise UsageError(
-            f"{doing} Parquet needs pyarrow, which is not installed ({exc}): "
-            "pip install 'fidelity[rl]'"
-        ) from exc
 
 
 def parquet_schema(fmt: RLFormat, agent_name: bool = False) -> Any:
@@ -301,40 +225,11 @@ def parquet_schema(fmt: RLFormat, agent_name: bool = False) -> Any:
     With *agent_name* (verl), the ``agent_name`` column is added.
     """
     pa, _ = arrow()
+    if fmt == "sft":
+        raise UsageError("the sft schema is fidelity.formats.sft_export.sft_schema")
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
-    truth = pa.struct(
-        [("success", pa.bool_()), ("reward", pa.float64()), ("claimed_by", pa.string())]
-    )
-    turn = pa.struct(
-        [
-            ("depth", pa.int32()),
-            ("action_type", pa.string()),
-            ("action", pa.string()),
-            ("observation", pa.string()),
-            ("exit_code", pa.int64()),
-            ("state", pa.string()),
-            ("score", pa.float64()),
-            ("drift", pa.bool_()),
-        ]
-    )
-    extra = pa.struct(
-        [
-            ("index", pa.int64()),
-            ("trajectory_id", pa.string()),
-            ("domain", pa.string()),
-            ("source", pa.string()),
-            ("gate_run_id", pa.string()),
-            ("verified", pa.bool_()),
-            ("trust_horizon", pa.int32()),
-            ("steps", pa.int32()),
-            ("original_steps", pa.int32()),
-            ("outcome_agreement", pa.bool_()),
-            ("trust_mask", pa.list_(pa.int8())),
-            ("turns", pa.list_(turn)),
-            ("env", pa.string()),
-            ("tools", pa.string()),
-        ]
-    )
+    truth = pa.string()
+    extra = extra_info_type()
     if fmt == "verl":
         reward = ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", truth)]))
         fields = [("data_source", pa.string()), ("prompt", pa.list_(message))]
@@ -370,12 +265,21 @@ class _JsonlSink:
         self.handle.close()
 
 
+def schema_for(options: ExportOptions) -> Any:
+    """The Parquet schema of *options*' rows (verl, SkyRL or sft)."""
+    if options.format == "sft":
+        from fidelity.formats.sft_export import sft_schema
+
+        return sft_schema(tokenized=options.tokenizer is not None)
+    return parquet_schema(options.format, options.agent_name is not None)
+
+
 class _ParquetSink:
     """Rows into a staged Parquet file, one row group per batch of rows or of text bytes."""
 
     def __init__(self, temp: Path, options: ExportOptions) -> None:
         self.pa, pq = arrow()
-        self.schema = parquet_schema(options.format, options.agent_name is not None)
+        self.schema = schema_for(options)
         self.writer = pq.ParquetWriter(str(temp), self.schema)
         self.rows: list[dict[str, Any]] = []
         self.weight = 0
@@ -407,9 +311,10 @@ class _ParquetSink:
 
 
 def _text_bytes(data: dict[str, Any]) -> int:
-    """About how much text a row holds (characters of its turns, prompt and environment)."""
+    """About how much text a row holds (characters of its turns, messages and environment)."""
     extra = data.get("extra_info") or {}
     size = sum(len(m["content"]) for m in data.get("prompt") or ())
+    size += sum(len(m["content"]) for m in data.get("trajectory") or ())
     size += len(extra.get("env") or "")
     for turn in extra.get("turns") or ():
         size += len(turn["action"]) + len(turn["observation"] or "") + len(turn["state"] or "")
@@ -433,6 +338,11 @@ class RLWriter:
         os.close(fd)
         self._open = True
         try:
+            self.sft = None
+            if options.format == "sft":
+                from fidelity.formats.sft_export import SftRows
+
+                self.sft = SftRows(options)
             self.sink: _Sink = (
                 _ParquetSink(self.temp, options)
                 if options.format in PARQUET_FORMATS
@@ -454,10 +364,19 @@ class RLWriter:
         """Add *trajectory* (its first *keep* steps; None: all) as one row.
 
         *index* is ``extra_info.index`` (its position in the dataset, say); by default the
-        number of rows written before it.
+        number of rows written before it. An ``sft`` export writes no row for a trajectory
+        with no trusted action.
         """
         where = self.rows if index is None else index
-        data = row(trajectory, fidelity, self.options, outcome=outcome, keep=keep, index=where)
+        if self.sft is None:
+            data = row(trajectory, fidelity, self.options, outcome=outcome, keep=keep, index=where)
+        else:
+            steps = _kept_steps(trajectory, fidelity, keep)
+            extra = extra_info(trajectory, fidelity, steps, where, outcome)
+            found = self.sft.row(trajectory, fidelity, steps, extra)
+            if found is None:
+                return
+            data = found
         self.sink.add(data)
         self.rows += 1
 
@@ -531,7 +450,7 @@ def _join_jsonl(parts: Sequence[Path], temp: Path) -> int:
 
 def _join_parquet(fmt: RLFormat, parts: Sequence[Path], temp: Path) -> int:
     _, pq = arrow()
-    schema = pq.read_schema(str(parts[0])) if parts else parquet_schema(fmt)
+    schema = pq.read_schema(str(parts[0])) if parts else schema_for(ExportOptions(format=fmt))
     rows = 0
     with pq.ParquetWriter(str(temp), schema) as writer:
         for part in parts:

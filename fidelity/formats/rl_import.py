@@ -10,25 +10,32 @@ A row becomes one trajectory when it carries one:
 - a row ``fidelity gate --to`` wrote: its ``extra_info`` (the JSONL formats'
   ``metadata``) holds the turns, each rebuilt from its ``action_type`` and rendered
   ``action``, with its (simulated) ``observation``, ``exit_code`` and ``state``; the
-  environment (a JSON string), the id, the domain and the source. The task comes back
-  from the prompt's first user turn.
+  environment (a JSON string), the id, the domain, the source and the outcome. The
+  instruction comes back from the prompt's first user turn (less the initial observation
+  the export put after it), the system prompt from its system message.
 - a row from another producer whose ``prompt`` is a whole conversation (the export's
-  ``prompt="full"`` layout): after the system and first user message (the task), each
+  ``prompt="conversation"`` layout): after the system and first user message (the task), each
   assistant message is an action and the user or tool message after it its observation.
   The domain is ``ability`` (verl) or ``env_class`` (SkyRL) when it names a fidelity
   domain, else a ``data_source`` of ``fidelity/<domain>``; a row naming neither is
   refused. The action's type follows the domain (terminal: a command, web: a browser
   action, os: code, android: AndroidWorld JSON, mcp/search/swe: a tool call written
   ``name(key=value, ...)``); a message that does not parse as one is a text action. The
-  id is ``<file stem>-<row>``.
+  id is ``<file stem>-<row>``; the first user message is the instruction, a system message
+  the system prompt.
 
 A row with no turns (a bare task prompt) is refused: there is nothing to replay.
 
-The outcome is the record's ground truth (verl ``reward_model.ground_truth``, SkyRL
-``reward_spec.ground_truth``, OpenRLHF/slime ``label``): a bool is ``success``, a number
-``reward``, fidelity's own ``{success, reward, claimed_by}`` object is taken as it is;
-``claimed_by`` is ``dataset`` where the record does not say. Bad input is one
-:class:`~fidelity.errors.InputFormatError` naming the file, the row and the field.
+The data source (verl/SkyRL ``data_source``, OpenRLHF ``datasource``, the JSONL metadata's
+``data_source`` or slime's ``source_name``) is kept in ``meta.data_source``, which a later
+export writes back. The outcome is the one fidelity wrote (``extra_info.outcome``), else the
+record's ground truth (verl ``reward_model.ground_truth``, SkyRL ``reward_spec.ground_truth``,
+OpenRLHF/slime ``label``): a bool is ``success``, a number ``reward``, a string the
+``answer`` (a text ground truth, kept as the claimed answer: whether the run succeeded stays
+unknown until ``env.check`` decides), fidelity's own ``{success, reward, claimed_by}``
+object is taken as it is; ``claimed_by`` is ``dataset`` where the record does not say. Bad
+input is one :class:`~fidelity.errors.InputFormatError` naming the file, the row and the
+field.
 """
 
 from __future__ import annotations
@@ -44,7 +51,13 @@ from pydantic import ValidationError
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.formats.dataset import shard_lines, shards
 from fidelity.formats.jsonl import field_path, json_object, nested_json
-from fidelity.formats.rl_export import FORMATS, PARQUET_FORMATS, RLFormat, arrow
+from fidelity.formats.rl_export import (
+    DATA_SOURCE_META,
+    PARQUET_FORMATS,
+    RL_FORMATS,
+    RLFormat,
+    arrow,
+)
 from fidelity.model import (
     Action,
     AndroidAction,
@@ -61,7 +74,6 @@ from fidelity.model import (
     ToolAction,
     Trajectory,
 )
-from fidelity.worldmodels.prompting import TASK_META
 
 RL_META: Final = "rl_record"
 """The ``meta`` key of the gate's verdicts on an imported fidelity row."""
@@ -107,7 +119,8 @@ class _Row:
             self.truth = record.get("label")
             self.domain_field = None
             info = self.info if isinstance(self.info, dict) else {}
-            self.data_source = info.get("data_source")
+            named = record.get("datasource") if fmt == "openrlhf" else info.get("source_name")
+            self.data_source = info.get("data_source") or named
         self.tools = record.get("tools") if fmt == "slime" else None
 
     def error(self, field: str | None, reason: str) -> InputFormatError:
@@ -125,8 +138,8 @@ class _Row:
 
 def read_rl(fmt: str, sources: Sequence[Path]) -> list[Trajectory]:
     """The trajectories of the RL-stack records in *sources* (files, folders or globs)."""
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown RL format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if fmt not in RL_FORMATS:
+        raise UsageError(f"unknown RL format {fmt!r}; formats: {', '.join(RL_FORMATS)}")
     rl_format: RLFormat = fmt
     trajectories = []
     for source in sources:
@@ -204,7 +217,11 @@ def _messages(row: _Row, prompt: Any) -> list[tuple[str, str]]:
 
 
 def _outcome(row: _Row) -> Outcome | None:
-    """The record's ground truth as an outcome (None: the record carries none)."""
+    """The outcome fidelity wrote (``extra_info.outcome``), else the record's ground truth as
+    one (None: the record carries none)."""
+    info = row.info
+    if isinstance(info, dict) and "outcome" in info and "trajectory_id" in info:
+        return _outcome_object(row, f"{row.info_field}.outcome", info["outcome"])
     truth = row.truth
     if truth is None:
         return None
@@ -212,17 +229,28 @@ def _outcome(row: _Row) -> Outcome | None:
         return Outcome(success=truth, claimed_by="dataset")
     if isinstance(truth, int | float):
         return Outcome(reward=float(truth), claimed_by="dataset")
+    if isinstance(truth, str):
+        return Outcome(answer=truth, claimed_by="dataset") if truth else None
     if not isinstance(truth, dict):
         raise row.error(
             row.truth_field,
-            "expected a bool (success), a number (reward) or {success, reward, claimed_by}, "
-            f"got {type(truth).__name__}",
+            "expected a bool (success), a number (reward), a string (an answer) or "
+            f"{{success, reward, claimed_by}}, got {type(truth).__name__}",
         )
+    return _outcome_object(row, row.truth_field, truth)
+
+
+def _outcome_object(row: _Row, field: str, value: Any) -> Outcome | None:
+    """Fidelity's outcome object at *field* (None when it claims nothing)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise row.error(field, f"expected an object, got {type(value).__name__}")
     try:
-        outcome = Outcome.model_validate(truth)
+        outcome = Outcome.model_validate({k: v for k, v in value.items() if v is not None})
     except ValidationError as exc:
-        raise _invalid(row, row.truth_field, exc) from exc
-    if outcome.success is None and outcome.reward is None:
+        raise _invalid(row, field, exc) from exc
+    if outcome.success is None and outcome.reward is None and outcome.answer is None:
         return None
     return outcome if outcome.claimed_by else outcome.model_copy(update={"claimed_by": "dataset"})
 
@@ -238,14 +266,15 @@ def _from_turns(row: _Row, info: dict[str, Any], messages: list[tuple[str, str]]
     env = _env(row, info.get("env"))
     steps = [_turn_step(row, f"{where}.turns[{i}]", turn) for i, turn in enumerate(turns)]
     meta: dict[str, Any] = {"imported_from": f"{row.path}:{row.number}"}
-    task = _task(messages, env)
-    if task:
-        meta[TASK_META] = task
-    meta[RL_META] = {"data_source": row.data_source, **{k: info.get(k) for k in _VERDICTS}}
+    if isinstance(row.data_source, str) and row.data_source:
+        meta[DATA_SOURCE_META] = row.data_source
+    meta[RL_META] = {k: info.get(k) for k in _VERDICTS}
     data = {
         "id": info["trajectory_id"],
         "domain": info.get("domain"),
         "source": info.get("source") or "suite",
+        "instruction": _task(messages, env),
+        "system_prompt": _system(messages),
         "meta": meta,
     }
     try:
@@ -299,13 +328,27 @@ def _turn_step(row: _Row, field: str, turn: Any) -> Step:
 
 
 def _task(messages: list[tuple[str, str]], env: EnvSpec) -> str | None:
-    """The task the export put before the initial observation, when not the env's description."""
-    first = next((content for role, content in messages if role == "user"), "")
+    """The task the export put before the initial observation: the first user message, when
+    it comes before any action, less the initial observation at its end."""
+    first = next((content for role, content in messages if role != "system"), None)
+    opening = next((role for role, _ in messages if role != "system"), None)
+    if first is None or opening != "user":
+        return None
     initial = env.initial_observation or ""
     task = first
     if initial and first.endswith(initial):
         task = first[: -len(initial)].removesuffix("\n\n")
-    return None if task in ("", env.description) else task
+    return task or None
+
+
+def _system(messages: list[tuple[str, str]]) -> str | None:
+    """The system prompt: the leading system messages (several joined by a blank line)."""
+    system = []
+    for role, content in messages:
+        if role != "system":
+            break
+        system.append(content)
+    return "\n\n".join(system) or None
 
 
 def _from_messages(row: _Row, messages: list[tuple[str, str]]) -> Trajectory:
@@ -313,8 +356,8 @@ def _from_messages(row: _Row, messages: list[tuple[str, str]]) -> Trajectory:
     start = 0
     while start < len(messages) and messages[start][0] == "system":
         start += 1
-    task = messages[start][1] if start < len(messages) else ""
-    turns = start + 1
+    opens = start < len(messages) and messages[start][0] == "user"
+    turns = start + 1 if opens else start
     if turns >= len(messages):
         raise row.error("prompt", "no turns (a bare task prompt): nothing to replay")
     domain = _domain(row)
@@ -331,13 +374,17 @@ def _from_messages(row: _Row, messages: list[tuple[str, str]]) -> Trajectory:
         steps.append(Step(action=_action_for(domain, content), observation=seen))
         index += 2 if seen is not None else 1
     meta: dict[str, Any] = {"imported_from": f"{row.path}:{row.number}"}
-    if task:
-        meta[TASK_META] = task
-    if row.data_source is not None:
-        meta["data_source"] = row.data_source
+    if isinstance(row.data_source, str) and row.data_source:
+        meta[DATA_SOURCE_META] = row.data_source
     env = EnvSpec(tools=row.tools) if isinstance(row.tools, list) and row.tools else EnvSpec()
     return Trajectory(
-        id=f"{Path(row.path).stem}-{row.number}", domain=domain, env=env, steps=steps, meta=meta
+        id=f"{Path(row.path).stem}-{row.number}",
+        domain=domain,
+        instruction=(messages[start][1] or None) if opens else None,
+        system_prompt=_system(messages),
+        env=env,
+        steps=steps,
+        meta=meta,
     )
 
 

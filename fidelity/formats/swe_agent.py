@@ -9,6 +9,12 @@ as older SWE-agent versions and some demonstrations write them) are read from
 and the user message after it as the observation. The trajectory is of domain ``swe``; ``info`` fields
 that are plain values (exit status, submission…) are kept in ``meta``, and the
 outcome the run claims (:func:`claimed_outcome`) in ``outcome``.
+
+The agent's system message (``history``'s first ``system`` message) becomes
+``system_prompt``; the problem statement becomes ``instruction``: the text of
+``replay_config.problem_statement`` (SWE-agent 1.x records its run configuration there),
+else the part of the first user message its instance template put the statement in
+(:func:`problem_statement`), else that whole message.
 """
 
 from __future__ import annotations
@@ -51,9 +57,14 @@ def read_swe_agent(path: str | os.PathLike[str]) -> Trajectory:
         raise InputFormatError(str(path), None, field, "no entry with an action")
     raw_info = data.get("info")
     info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
+    messages = history if isinstance(history, list) else []
+    system, first_user = _first_messages(messages)
     return Trajectory(
         id=path.name.removesuffix(".traj")[:200] or "swe-agent",
         domain=Domain.swe,
+        instruction=_replayed_statement(data.get("replay_config"))
+        or problem_statement(first_user or ""),
+        system_prompt=system,
         steps=kept,
         source="real",
         meta={"imported_from": str(path), "swe_agent": plain_fields(info)},
@@ -102,6 +113,70 @@ def _history_steps(path: Path, history: list[Any]) -> list[Step | None]:
             )
         )
     return steps
+
+
+_STATEMENT_PATTERNS = (
+    # SWE-agent 0.x: "Here's the issue text:\nISSUE:\n{problem_statement}\n\nINSTRUCTIONS:"
+    re.compile(r"(?:\A|\n)ISSUE:\n(.*?)\n+INSTRUCTIONS:", re.DOTALL),
+    # SWE-agent 1.x and mini-swe-agent: "<pr_description>\n{{problem_statement}}\n</pr_description>"
+    re.compile(
+        r"<pr_description>\n(?:Consider the following PR description:\n)?(.*?)\n</pr_description>",
+        re.DOTALL,
+    ),
+    # SWE-agent's other templates (its CTF one): the task, then "INSTRUCTIONS:"
+    re.compile(r"\A(.*?)\n+INSTRUCTIONS:", re.DOTALL),
+)
+
+
+def problem_statement(message: str) -> str | None:
+    """The problem statement in the first user message of a SWE-agent or mini-swe-agent run.
+
+    Their instance templates put it between fixed markers (``ISSUE:`` … ``INSTRUCTIONS:``,
+    ``<pr_description>`` … ``</pr_description>``); where none is found, the whole message
+    (stripped) is the task. None for an empty message."""
+    for pattern in _STATEMENT_PATTERNS:
+        found = pattern.search(message)
+        if found and found.group(1).strip():
+            return found.group(1).strip()
+    return message.strip() or None
+
+
+def message_text(content: Any) -> str | None:
+    """A chat message's text: a string, or the text parts of a list of content parts
+    (``[{"type": "text", "text": ...}]``, as SWE-agent 1.x writes them)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        texts = [p for p in parts if isinstance(p, str)]
+        return "".join(texts) if texts else None
+    return None
+
+
+def _first_messages(messages: list[Any]) -> tuple[str | None, str | None]:
+    """``(system message, first user message)`` of a chat, demonstrations left out."""
+    system: str | None = None
+    for message in messages:
+        if not isinstance(message, dict) or message.get("is_demo"):
+            continue
+        text = message_text(message.get("content"))
+        if message.get("role") == "system" and system is None:
+            system = text.strip() or None if text else None
+        elif message.get("role") == "user":
+            return system, text
+    return system, None
+
+
+def _replayed_statement(replay: Any) -> str | None:
+    """``problem_statement.text`` of SWE-agent 1.x's ``replay_config`` (a JSON string)."""
+    if isinstance(replay, str):
+        try:
+            replay = json.loads(replay)
+        except json.JSONDecodeError:
+            return None
+    statement = replay.get("problem_statement") if isinstance(replay, dict) else None
+    text = statement.get("text") if isinstance(statement, dict) else None
+    return text.strip() or None if isinstance(text, str) else None
 
 
 def claimed_outcome(info: dict[str, Any]) -> Outcome | None:

@@ -109,7 +109,11 @@ def gate_dataset(
     scan = scan_dataset(
         options.dataset,
         options.allowed_roots,
-        LineRules(trust=options.trust, sandbox=options.sandbox),
+        LineRules(
+            trust=options.trust,
+            sandbox=options.sandbox,
+            needs_instruction=options.export.needs_instruction(options.to) if options.to else False,
+        ),
         executor=options.executor,
         ray_address=options.ray_address,
         progress=report,

@@ -13,6 +13,7 @@ from fidelity.compare.normalize import TRUNCATE_AT
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.executors import ExecutorConfig
 from fidelity.formats.rl_export import (
+    ExportSettings,
     RLFormat,
     StepVerdict,
 )
@@ -84,7 +85,11 @@ class GateOptions(BaseModel):
     to: list[RLFormat] = Field(
         default_factory=list,
         description="RL stacks the admitted trajectories are also written for (verl, skyrl, "
-        "openrlhf, slime): admitted.<format>.parquet / .jsonl",
+        "openrlhf, slime; sft: whole trajectories): admitted.<format>.parquet / .jsonl",
+    )
+    export: ExportSettings = Field(
+        default_factory=ExportSettings,
+        description="how the --to formats are written (prompt, data source, SFT tokenizer)",
     )
     image: str | None = Field(
         default=None,
@@ -280,10 +285,27 @@ class LineRules(BaseModel):
 
     trust: DatasetTrust = Field(default_factory=DatasetTrust)
     sandbox: str | None = Field(default=None, description="--sandbox: the run's default backend")
+    needs_instruction: bool = Field(
+        default=False, description="the --to exports prompt with every trajectory's task"
+    )
 
     def check(self, trajectory: Trajectory, path: str, line: int) -> None:
         """InputFormatError naming the line and field for a host command or site the
-        operator did not allow, or a world no backend here replays as it names it."""
+        operator did not allow, a world no backend here replays as it names it, or (when the
+        exports need it) a trajectory without a task (a Terminal-Bench folder brings its
+        own: ``task.yaml``'s instruction, required there)."""
+        if (
+            self.needs_instruction
+            and trajectory.task_instruction is None
+            and trajectory.env.task is None
+        ):
+            raise InputFormatError(
+                path,
+                line,
+                "instruction",
+                "missing: the --to exports prompt with the task (give the trajectory "
+                "`instruction`, or export with --prompt conversation; sft needs it always)",
+            )
         refuse_untrusted(trajectory, self.trust, path, line)
         try:
             trajectory_backend(trajectory.domain.value, trajectory.env, self.sandbox)

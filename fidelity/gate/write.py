@@ -18,6 +18,7 @@ from fidelity.audit import code_version
 from fidelity.errors import writing
 from fidelity.executors.ray import map_on_cluster
 from fidelity.formats.dataset import Line, shard_lines
+from fidelity.formats.jsonl import PathConfiner
 from fidelity.formats.rl_export import (
     FORMATS,
     ExportOptions,
@@ -251,9 +252,10 @@ def write_shard(
         contextlib.ExitStack() as stack,
     ):
         writers = [
-            stack.enter_context(RLWriter(file, ExportOptions(format=fmt)))
+            stack.enter_context(RLWriter(file, ExportOptions(format=fmt, **dict(options.export))))
             for fmt, file in rl_files.items()
         ]
+        tasks = PathConfiner(path, options.allowed_roots) if writers else None
         for line in shard_lines(index, path):
             counted.one()
             data = json.loads(line.text)
@@ -273,7 +275,7 @@ def write_shard(
             if decision.outcome == "admitted":
                 meta.update(gate_run_id=run_id, gate_verified=decision.verified)
                 for writer in writers:
-                    _write_rl(writer, data, decision, verified, domain_horizon, run_id, line)
+                    _write_rl(writer, data, decision, verified, domain_horizon, run_id, line, tasks)
                 if decision.steps_kept < decision.steps:
                     meta.update(cut_at=decision.steps_kept, original_steps=decision.steps)
                     data["steps"] = steps[: decision.steps_kept]
@@ -306,9 +308,13 @@ def _write_rl(
     domain_horizon: int,
     run_id: str,
     line: Line,
+    tasks: PathConfiner | None = None,
 ) -> None:
-    """One admitted trajectory (its kept steps) as one row of *writer*'s RL format."""
+    """One admitted trajectory (its kept steps) as one row of *writer*'s RL format (with
+    its Terminal-Bench folder's instruction, *tasks* resolving the folder)."""
     trajectory = line.parse()
+    if tasks is not None:
+        trajectory = tasks.with_instruction(trajectory, line.number)
     fidelity = TrajectoryFidelity(
         trust_horizon=decision.horizon if decision.horizon is not None else domain_horizon,
         verified=decision.verified,

@@ -530,4 +530,6 @@ def detail_context(summary: RunSummary) -> dict[str, Any]:
         "simulation": [s for s in summary.simulation if s.sampling or s.controllability],
         "judge": summary.judge,
         "outcomes": summary.outcomes,
+        "causes": summary.causes,
+        "causes_total": sum(c.steps for c in summary.causes),
     }

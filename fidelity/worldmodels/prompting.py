@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.errors import MalformedPredictionError, UnknownDomainError
+from fidelity.model import TASK_META as TASK_META
 from fidelity.model import (
     Action,
     AndroidAction,
@@ -70,7 +71,7 @@ OBS_MARKER = "**Environment Observation:**"
 
 #: Bump when the code-side rendering (assistant turns, variables) changes: it is
 #: part of :func:`prompt_hash`, so runs made with other prompts stay apart.
-RENDER_VERSION = "2"
+RENDER_VERSION = "3"
 
 _BLOCK = re.compile(re.escape(OPEN_TAG) + r"(.*?)" + re.escape(CLOSE_TAG), re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -81,8 +82,8 @@ Message = dict[str, str]
 
 #: The ``meta`` key of trajectories imported from AgentWorldBench (the original record).
 AWB_META = "agentworldbench"
-#: The ``meta`` key holding a trajectory's task instruction (shown on turn 1).
-TASK_META = "task_instruction"
+#: ``TASK_META`` (imported above): the ``meta`` key older files hold the task instruction in;
+#: turn 1 shows :attr:`~fidelity.model.Trajectory.task_instruction` (``instruction`` first).
 #: The ``meta`` key of a simulated recording that predicted only this 1-based turn
 #: (defined next to :class:`~fidelity.worldmodels.base.Mode`: ``fidelity diff`` reads it
 #: without loading the prompt templates).
@@ -332,6 +333,27 @@ def render_observation(
     return f"{OBS_MARKER}\n{text}"
 
 
+def render_answer(
+    observation: Observation,
+    action: Action,
+    cwd: str | None = None,
+    domain: str = "",
+    *,
+    trim_block: bool = False,
+) -> str:
+    """*observation* written as the model is asked to answer: one ``<predicted_observation>``
+    block holding what :func:`render_observation` shows of it (a terminal command's whole
+    screen, from *cwd*), no reasoning.
+
+    :func:`parse_prediction` reads the answer back to the observation's text (a terminal
+    screen to the command's output), with *trim_block* as it is parsed (AgentWorldBench
+    samples: the block's layout newlines are not the text's); without it, a text that does
+    not end in a newline gets one before the closing tag."""
+    body = render_observation(observation, action, cwd, domain)[len(OBS_MARKER) + 1 :]
+    end = "\n" if trim_block or not body.endswith("\n") else ""
+    return f"{OPEN_TAG}\n{body}{end}{CLOSE_TAG}"
+
+
 def shell_prompt(cwd: str | None) -> str:
     """The prompt the sandbox's shell shows in *cwd* (``agent@sandbox:/workspace$ ``)."""
     return f"{SANDBOX_USER}@sandbox:{cwd or SANDBOX_CWD}$ "
@@ -427,7 +449,7 @@ def _turn(
         str(trajectory.domain),
         prompts_dir,
         control,
-        task=str(trajectory.meta.get(TASK_META) or "") if first else "",
+        task=(trajectory.task_instruction or "") if first else "",
         state=(trajectory.env.initial_observation or "") if first else "",
         predicted=predicted,
     )

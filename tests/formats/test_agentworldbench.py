@@ -79,7 +79,8 @@ def test_folder_import_reads_only_test_files_and_namespaces_ids() -> None:
 def test_prompts_split_into_task_state_and_action() -> None:
     trajectories = {t.id: t for t in read_agentworldbench(DATA)}
     terminal = trajectories["terminal-1-t3"]
-    assert terminal.meta["task_instruction"] == "List the files, then show app.py."
+    assert terminal.instruction == "List the files, then show app.py."
+    assert "task_instruction" not in terminal.meta
     assert terminal.env.initial_observation == "root@sandbox:/app# "
     assert terminal.steps[0].action == KeystrokesAction(keys="ls -la\n", duration=0.5)
     assert terminal.steps[2].action == KeystrokesAction(keys="sleep 100\n\x03", duration=1.5)

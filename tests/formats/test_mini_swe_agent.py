@@ -97,3 +97,32 @@ def test_every_shared_public_run_imports(tmp_path: Path) -> None:
         if s.observation is not None
     }
     assert {0, 1} <= exits
+
+
+def test_the_task_and_the_system_message_are_the_trajectorys() -> None:
+    """The problem statement between the instance template's markers is the instruction (the
+    fixture's run records no template: the ``<pr_description>`` markers tell); the system
+    message is the system prompt."""
+    trajectory = read_mini_swe_agent(TRAJ)
+    assert trajectory.instruction == "RST writer ignores header_rows."
+    assert trajectory.system_prompt is not None
+    assert trajectory.system_prompt.startswith("You are a helpful assistant that can interact")
+
+
+def test_public_runs_give_their_problem_statements(tmp_path: Path) -> None:
+    """The shared runs record their instance template (``info.config.agent``): the instruction
+    is exactly what it put in ``{{task}}``, never the template's own instructions."""
+    runs = sorted((SHARED / "mini-swe-agent").glob("*.traj.json"))
+    if not runs:
+        unavailable("../shared/agent-trajectories is not beside this checkout")
+    first = read_mini_swe_agent(SHARED / "mini-swe-agent" / "astropy__astropy-13033.traj.json")
+    assert first.instruction is not None
+    assert first.instruction.startswith(
+        "TimeSeries: misleading exception when required column check fails."
+    )
+    assert first.instruction.endswith("Matplotlib 3.5.1\r\n```")
+    for run in runs:
+        trajectory = read_mini_swe_agent(run)
+        assert trajectory.instruction and trajectory.system_prompt
+        assert "<instructions>" not in trajectory.instruction
+        assert "</pr_description>" not in trajectory.instruction

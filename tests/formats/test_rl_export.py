@@ -42,6 +42,8 @@ def _terminal() -> Trajectory:
         {
             "id": "t-terminal",
             "domain": "terminal",
+            "instruction": "Count the files.",
+            "system_prompt": "You are a shell agent.",
             "source": "sim",
             "env": {"initial_observation": "agent@box:/workspace$"},
             "steps": [
@@ -58,7 +60,7 @@ def _terminal() -> Trajectory:
                     "observation": {"text": "rm: cannot remove\n", "exit_code": 1},
                 },
             ],
-            "meta": {"task_instruction": "Count the files.", "model": "wm"},
+            "meta": {"model": "wm"},
         }
     )
 
@@ -72,6 +74,7 @@ def _unicode() -> Trajectory:
             "id": "t-ünïcode",
             "domain": "mcp",
             "source": "sim",
+            "meta": {"task_instruction": "Read ü.txt."},  # the older files' key still reads
             "env": {"backend": "mcp", "description": f"files {UNICODE}", "tools": TOOLS},
             "steps": [
                 {
@@ -88,6 +91,7 @@ def _long() -> Trajectory:
         {
             "id": "t-long",
             "domain": "terminal",
+            "instruction": "Read the log.",
             "source": "sim",
             "steps": [
                 {
@@ -144,6 +148,7 @@ TERMINAL_TURNS = [
 
 def _extra(**fields: Any) -> dict[str, Any]:
     base = {"gate_run_id": None, "outcome_agreement": None, "tools": None, "source": "sim"}
+    base["outcome"] = None
     extra = {**base, **fields}
     assert list(sorted(extra)) == sorted(EXTRA_INFO_FIELDS)
     return {name: extra[name] for name in EXTRA_INFO_FIELDS}
@@ -160,6 +165,7 @@ EXTRAS = [
         steps=3,
         original_steps=3,
         outcome_agreement=True,
+        outcome={**GROUND_TRUTH, "answer": None},
         trust_mask=[1, 1, 0],
         turns=TERMINAL_TURNS,
         env=TERMINAL_ENV,
@@ -217,14 +223,17 @@ EXTRAS = [
         env='{"backend":"local","setup":[],"env":{}}',
     ),
 ]
-TASK_PROMPT = [{"role": "user", "content": "Count the files.\n\nagent@box:/workspace$"}]
+TASK_PROMPT = [
+    {"role": "system", "content": "You are a shell agent."},
+    {"role": "user", "content": "Count the files.\n\nagent@box:/workspace$"},
+]
 PROMPTS = [
     TASK_PROMPT,
-    [{"role": "user", "content": f"files {UNICODE}"}],  # no task: the env's description
+    [{"role": "user", "content": "Read ü.txt."}],  # meta.task_instruction: still read
     TASK_PROMPT,
-    [{"role": "user", "content": ""}],  # nothing known of the task
+    [{"role": "user", "content": "Read the log."}],
 ]
-TRUTHS = [GROUND_TRUTH, None, None, None]
+TRUTHS = ["1.0", None, None, None]  # the claimed reward, as the stacks' labels are text
 DOMAINS = ["terminal", "mcp", "terminal", "terminal"]
 
 
@@ -253,12 +262,13 @@ def _expected(fmt: str) -> list[dict[str, Any]]:
                 }
             )
         elif fmt == "openrlhf":
+            metadata = {"data_source": source, **extra}
             rows.append(
-                {"prompt": prompt, "label": truth, "metadata": {"data_source": source, **extra}}
+                {"prompt": prompt, "label": truth, "datasource": source, "metadata": metadata}
             )
         else:
             tools = TOOLS if domain == "mcp" else None
-            metadata = {"data_source": source, **extra}
+            metadata = {"data_source": source, "source_name": source, **extra}
             rows.append({"prompt": prompt, "label": truth, "tools": tools, "metadata": metadata})
     return rows
 
@@ -334,7 +344,7 @@ def test_jsonl_keys_are_the_users(tmp_path: Path) -> None:
     line = json.loads((tmp_path / "s.jsonl").read_text(encoding="utf-8"))
     assert list(line) == ["messages", "answer", "functions", "fidelity"]
     assert line["functions"] == TOOLS
-    assert line["fidelity"]["data_source"] == "my-dataset"
+    assert line["fidelity"]["data_source"] == line["fidelity"]["source_name"] == "my-dataset"
     assert line["fidelity"]["trust_mask"] == [0]
 
 
@@ -351,8 +361,8 @@ def test_verl_options_agent_name_data_source_reward_and_full_prompt(
         agent_name="tool_agent",
         data_source="sim-terminal-50k",
         reward="model",
-        prompt="full",
-        system_prompt="You are an agent.",
+        prompt="conversation",
+        system_prompt="You are an agent.",  # for trajectories without a system prompt
     )
     export(tmp_path / "v.parquet", [(_terminal(), TERMINAL_FIDELITY)], options)
     table = pq.read_table(tmp_path / "v.parquet")
@@ -362,8 +372,7 @@ def test_verl_options_agent_name_data_source_reward_and_full_prompt(
     assert got["data_source"] == "sim-terminal-50k"
     assert got["reward_model"] == {"style": "model", "ground_truth": None}
     assert got["prompt"] == [
-        {"role": "system", "content": "You are an agent."},
-        *TASK_PROMPT,
+        *TASK_PROMPT,  # the trajectory's own system prompt
         {"role": "assistant", "content": "ls"},
         {"role": "user", "content": "a.txt\nb.txt\n"},
         {"role": "assistant", "content": "cat a.txt"},
@@ -381,7 +390,7 @@ def test_skyrl_reward_model_method(tmp_path: Path, pq: Any) -> None:
 
 
 def test_a_cut_exports_only_the_kept_turns(tmp_path: Path) -> None:
-    options = ExportOptions(format="openrlhf", prompt="full")
+    options = ExportOptions(format="openrlhf", prompt="conversation")
     with RLWriter(tmp_path / "o.jsonl", options) as writer:
         writer.write(_terminal(), TERMINAL_FIDELITY, keep=2)
     metadata = json.loads((tmp_path / "o.jsonl").read_text())["metadata"]
@@ -494,3 +503,62 @@ def test_turn_fields_are_the_schemas(pq: Any) -> None:
     assert [extra.field(i).name for i in range(extra.num_fields)] == list(EXTRA_INFO_FIELDS)
     turn = extra.field("turns").type.value_type
     assert [turn.field(i).name for i in range(turn.num_fields)] == list(TURN_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "truth"),
+    [
+        (Outcome(success=True, claimed_by="simulation"), "1.0"),
+        (Outcome(success=False, claimed_by="dataset"), "0.0"),
+        (Outcome(reward=0.25, success=True), "0.25"),  # the reward, when there is one
+        (Outcome(answer="72", claimed_by="dataset"), "72"),  # a text answer, as gsm8k's
+        (Outcome(claimed_by="dataset"), None),
+        (None, None),
+    ],
+)
+def test_the_ground_truth_is_a_string_the_stock_rewards_read(
+    tmp_path: Path, outcome: Outcome | None, truth: str | None
+) -> None:
+    options = ExportOptions(format="openrlhf", data_source="openai/gsm8k")
+    with RLWriter(tmp_path / "o.jsonl", options) as writer:
+        writer.write(_terminal(), TERMINAL_FIDELITY, outcome)
+    line = json.loads((tmp_path / "o.jsonl").read_text(encoding="utf-8"))
+    assert line["label"] == truth
+    assert line["datasource"] == "openai/gsm8k"  # OpenRLHF: data.get("datasource", "default")
+    expected = None if outcome is None else {**outcome.model_dump(), "answer": outcome.answer}
+    assert line["metadata"]["outcome"] == expected
+
+
+def test_a_trajectory_without_its_task_is_refused_under_the_instruction_prompt(
+    tmp_path: Path,
+) -> None:
+    untasked = _long().model_copy(update={"instruction": None})
+    path = tmp_path / "o.jsonl"
+    with (
+        pytest.raises(UsageError, match="'t-long' has no instruction to prompt with"),
+        RLWriter(path, ExportOptions(format="openrlhf")) as writer,
+    ):
+        writer.write(_terminal(), TERMINAL_FIDELITY)
+        writer.write(untasked, LONG_FIDELITY)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+    options = ExportOptions(format="openrlhf", prompt="conversation", system_prompt="Be brief.")
+    export(path, [(untasked, LONG_FIDELITY)], options)
+    prompt = json.loads(path.read_text(encoding="utf-8"))["prompt"]
+    assert [m["role"] for m in prompt] == ["system", "assistant", "user", "assistant", "user"]
+    assert prompt[0] == {"role": "system", "content": "Be brief."}  # the options' default
+
+
+def test_the_data_source_is_the_options_then_the_trajectorys_then_the_domains(
+    tmp_path: Path,
+) -> None:
+    own = _terminal().model_copy(update={"meta": {"data_source": "imported/set"}})
+    sources = []
+    for options in (
+        ExportOptions(format="slime", data_source="mine"),
+        ExportOptions(format="slime"),
+    ):
+        for trajectory in (own, _terminal()):
+            export(tmp_path / "s.jsonl", [(trajectory, TERMINAL_FIDELITY)], options)
+            line = json.loads((tmp_path / "s.jsonl").read_text(encoding="utf-8"))
+            sources.append(line["metadata"]["source_name"])
+    assert sources == ["mine", "mine", "imported/set", "fidelity/terminal"]

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories
 from fidelity.formats.rl_export import (
-    FORMATS,
+    RL_FORMATS,
     ExportOptions,
     RLWriter,
     StepVerdict,
@@ -40,9 +40,10 @@ def _trajectories() -> list[Trajectory]:
     terminal = {
         "id": "t-terminal",
         "domain": "terminal",
+        "instruction": "list the files, then read a.txt",
+        "system_prompt": "You are a shell agent.\n\nOne command a turn.",
         "source": "sim",
         "env": {"initial_observation": "agent@box:/w$", "workdir": "/w"},
-        "meta": {TASK_META: "list the files, then read a.txt"},
         "steps": [
             {
                 "action": {"type": "command", "command": "ls"},
@@ -59,6 +60,7 @@ def _trajectories() -> list[Trajectory]:
         "id": "t-mcp",
         "domain": "mcp",
         "source": "sim",
+        "meta": {TASK_META: "write a note"},  # the older files' key: read, then exported
         "env": {"description": "a notes server", "tools": [{"name": "write_note"}]},
         "steps": [
             {
@@ -106,14 +108,18 @@ def _fidelity(trajectory: Trajectory) -> TrajectoryFidelity:
     return TrajectoryFidelity(trust_horizon=1, verified=True, steps=steps, gate_run_id="g1")
 
 
-def _written(fmt: str, folder: Path, trajectories: list[Trajectory], **keep: int) -> Path:
+def _written(
+    fmt: str, folder: Path, trajectories: list[Trajectory], keep: int | None = None, **options: Any
+) -> Path:
     """*trajectories* as the gate writes them: one row each, its outcome as ground truth."""
     if fmt in ("verl", "skyrl"):
         require_module("pyarrow", "pip install pyarrow")
     path = folder / f"admitted.{fmt}{suffix(fmt)}"  # type: ignore[arg-type]
-    with RLWriter(path, ExportOptions(format=fmt, prompt="full")) as writer:
+    with RLWriter(path, ExportOptions(format=fmt, prompt="conversation", **options)) as writer:
         for index, trajectory in enumerate(trajectories, start=1):
-            writer.write(trajectory, _fidelity(trajectory), trajectory.outcome, index=index, **keep)
+            writer.write(
+                trajectory, _fidelity(trajectory), trajectory.outcome, index=index, keep=keep
+            )
     return path
 
 
@@ -126,7 +132,7 @@ def _seen(trajectory: Trajectory) -> list[tuple[str, int | None, Any] | None]:
     ]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", RL_FORMATS)
 def test_round_trip(tmp_path: Path, fmt: str) -> None:
     originals = _trajectories()
     source = _written(fmt, tmp_path, originals)
@@ -143,7 +149,9 @@ def test_round_trip(tmp_path: Path, fmt: str) -> None:
         assert imported.outcome == original.outcome
         assert imported.env == original.env
         assert imported.source == "sim"
-        assert imported.meta.get(TASK_META) == original.meta.get(TASK_META)
+        assert imported.instruction == original.task_instruction
+        assert imported.system_prompt == original.system_prompt
+        assert imported.meta["data_source"] == f"fidelity/{original.domain.value}"
         assert imported.meta["rl_record"]["gate_run_id"] == "g1"
     assert [back[t.id].outcome for t in originals] == [
         Outcome(success=True, claimed_by="simulation"),
@@ -195,7 +203,8 @@ def test_verl_row_with_a_full_multi_turn_prompt(tmp_path: Path) -> None:
         None,
     ]
     assert imported.outcome == Outcome(reward=1.0, claimed_by="dataset")
-    assert imported.meta[TASK_META] == "Read a.txt."
+    assert imported.instruction == "Read a.txt."
+    assert imported.system_prompt == "You are a shell agent."
     assert imported.meta["data_source"] == "my-agent-data"
 
 
@@ -257,12 +266,18 @@ def test_bad_jsonl_rows_name_file_row_and_field(tmp_path: Path) -> None:
         _one_line_error(_import("slime", bad, tmp_path / "out.jsonl"), f"{bad}:3: {expected}")
 
     refused('{"prompt": [', "invalid JSON (Expecting value at column 13)")
+    foreign = {"prompt": good["prompt"], "label": [1, 2], "metadata": {"data_source": "x"}}
     refused(
-        json.dumps({**good, "label": "yes"}),
+        json.dumps(foreign),
         (
-            "label: expected a bool (success), a number (reward) or "
-            "{success, reward, claimed_by}, got str"
+            "label: expected a bool (success), a number (reward), a string (an answer) or "
+            "{success, reward, claimed_by}, got list"
         ),
+    )
+    outcome = {**good, "metadata": {**good["metadata"], "outcome": {"success": "maybe"}}}
+    refused(
+        json.dumps(outcome),
+        "metadata.outcome.success: Input should be a valid boolean, unable to interpret input",
     )
     broken_env = {**good, "metadata": {**good["metadata"], "env": "{not json"}}
     refused(
@@ -302,9 +317,65 @@ def test_bad_parquet_inputs_name_file_row_and_field(tmp_path: Path) -> None:
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: {not_parquet}: not a readable Parquet file")
     truth = tmp_path / "truth.parquet"
-    spec = {"method": "rule", "ground_truth": "42"}
+    spec = {"method": "rule", "ground_truth": [4, 2]}
     _verl_rows(truth, [{"prompt": prompt, "env_class": "terminal", "reward_spec": spec}])
     result = _import("skyrl", truth, tmp_path / "o.jsonl")
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {truth}:1: reward_spec.ground_truth: expected a bool")
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_text_ground_truth_is_the_claimed_answer(tmp_path: Path) -> None:
+    """verl's stock scorers read a string ground truth (gsm8k: the number after ``####``): it
+    is kept as the answer, and the outcome stays unknown until the environment's check."""
+    source = tmp_path / "gsm.parquet"
+    prompt = _chat(("user", "Natalia sold 48 clips... How many?"), ("assistant", "echo 72"))
+    row = {
+        "data_source": "openai/gsm8k",
+        "prompt": prompt,
+        "ability": "terminal",
+        "reward_model": {"style": "rule", "ground_truth": "72"},
+    }
+    _verl_rows(source, [row])
+    assert _import("verl", source, tmp_path / "out.jsonl").exit_code == 0
+    (imported,) = read_trajectories(tmp_path / "out.jsonl")
+    assert imported.outcome == Outcome(answer="72", claimed_by="dataset")
+    assert imported.outcome.success is None  # not graded: env.check decides
+    assert imported.meta["data_source"] == "openai/gsm8k"
+    again = tmp_path / "again.parquet"
+    fidelity = TrajectoryFidelity(trust_horizon=1, verified=False)
+    with RLWriter(again, ExportOptions(format="verl")) as writer:
+        writer.write(imported, fidelity, imported.outcome)
+    pq = require_module("pyarrow.parquet", "pip install pyarrow")
+    (written,) = pq.read_table(again).to_pylist()  # type: ignore[attr-defined]
+    assert written["reward_model"]["ground_truth"] == "72"
+    assert written["data_source"] == "openai/gsm8k"
+    assert written["prompt"] == [{"role": "user", "content": "Natalia sold 48 clips... How many?"}]
+
+
+@pytest.mark.parametrize("fmt", RL_FORMATS)
+def test_export_import_export_is_lossless(tmp_path: Path, fmt: str) -> None:
+    """The instruction, the system prompt, the data source and the outcome survive a round trip:
+    the rows written again from the imported trajectories are the rows written first."""
+    originals = _trajectories()
+    first = _written(fmt, tmp_path, originals, data_source="agent-sim-v1")
+    assert _import(fmt, first, tmp_path / "back.jsonl").exit_code == 0
+    imported = read_trajectories(tmp_path / "back.jsonl")
+    second_folder = tmp_path / "again"
+    second_folder.mkdir()
+    second = _written(fmt, second_folder, imported)  # no --data-source: the imported one
+    assert _rows(fmt, second) == _rows(fmt, first)
+    terminal = _rows(fmt, first)[0]
+    prompt = terminal["prompt"]
+    assert prompt[0] == {
+        "role": "system",
+        "content": "You are a shell agent.\n\nOne command a turn.",
+    }
+    assert prompt[1]["content"].startswith("list the files, then read a.txt")
+
+
+def _rows(fmt: str, path: Path) -> list[dict[str, Any]]:
+    if suffix(fmt) == ".parquet":  # type: ignore[arg-type]
+        pq = require_module("pyarrow.parquet", "pip install pyarrow")
+        return list(pq.read_table(path).to_pylist())  # type: ignore[attr-defined]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]

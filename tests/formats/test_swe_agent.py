@@ -79,3 +79,43 @@ def test_public_swe_agent_demonstrations_import(tmp_path: Path) -> None:
         unavailable("../shared/agent-trajectories is not beside this checkout")
     result = import_trajectories("swe-agent", runs, tmp_path / "out.jsonl")
     assert result.trajectories == len(runs) and result.steps >= len(runs)
+
+
+def test_the_problem_statement_and_the_system_message(tmp_path: Path) -> None:
+    """SWE-agent 1.x records its problem statement in ``replay_config``; older files put it in
+    the first user message between ``ISSUE:`` and ``INSTRUCTIONS:``; the system message of
+    ``history`` is the system prompt."""
+    data = json.loads(TRAJ.read_text())
+    first_user = (
+        "We're currently solving the following issue within our repository. Here's the issue "
+        "text:\nISSUE:\nThe parser drops the last row.\n\nINSTRUCTIONS:\nNow, you're going..."
+    )
+    data["history"] = [
+        {"role": "system", "content": "SETTING: You are an autonomous programmer."},
+        {"role": "user", "content": "A demonstration.", "is_demo": True},
+        {"role": "user", "content": [{"type": "text", "text": first_user}]},
+    ]
+    old = tmp_path / "old.traj"
+    old.write_text(json.dumps(data))
+    trajectory = read_swe_agent(old)
+    assert trajectory.instruction == "The parser drops the last row."
+    assert trajectory.system_prompt == "SETTING: You are an autonomous programmer."
+    data["replay_config"] = json.dumps({"problem_statement": {"type": "text", "text": "Fix #12."}})
+    new = tmp_path / "new.traj"
+    new.write_text(json.dumps(data))
+    assert read_swe_agent(new).instruction == "Fix #12."
+
+
+def test_public_ctf_demonstrations_carry_their_challenge(tmp_path: Path) -> None:
+    shared = Path(__file__).resolve().parents[3] / "shared" / "agent-trajectories" / "swe-agent-ctf"
+    run = shared / "crypto__BabyEncryption.traj"
+    if not run.exists():
+        unavailable("../shared/agent-trajectories is not beside this checkout")
+    trajectory = read_swe_agent(run)
+    assert trajectory.instruction is not None
+    assert trajectory.instruction.startswith("We're currently solving the following CTF challenge.")
+    assert trajectory.instruction.endswith(
+        "Files included in the challenge: ['msg.enc', 'chall.py']"
+    )
+    assert trajectory.system_prompt is not None
+    assert trajectory.system_prompt.startswith("SETTING: You are a skilled cybersecurity")

@@ -14,6 +14,7 @@ from fidelity.model import (
     CodeAction,
     CommandAction,
     Domain,
+    InstanceSpec,
     KeystrokesAction,
     Observation,
     ToolAction,
@@ -110,6 +111,31 @@ def test_first_turn_carries_task_and_state(make_trajectory: Callable[..., Trajec
     assert "**Current State:**\nagent@sandbox:~$" in first
     later = build_messages(trajectory, trajectory.steps[:1], LS, 2)[-1]["content"]
     assert "Task Instruction" not in later
+
+
+def test_the_instruction_field_comes_first_then_the_fallbacks(
+    make_trajectory: Callable[..., Trajectory],
+) -> None:
+    """``instruction`` is the task on turn 1; ``meta.task_instruction`` (older files) and a
+    SWE-bench record's ``problem_statement`` stand in for it; the agent's system prompt is
+    never shown to the world model (its system prompt is its own)."""
+    base = make_trajectory()
+    record = {
+        "instance_id": "a__b-1", "repo": "a/b", "version": "1.0", "base_commit": "c0ffee",
+        "environment_setup_commit": "c0ffee", "test_patch": "", "FAIL_TO_PASS": [],
+        "PASS_TO_PASS": [], "problem_statement": "Fix the parser.",
+    }  # fmt: skip
+    instance = InstanceSpec.model_validate({"instance_id": "a__b-1", "record": record})
+    swe = base.model_copy(update={"env": base.env.model_copy(update={"instance": instance})})
+    assert "**Task Instruction:**\nFix the parser." in build_messages(swe, [], LS, 1)[-1]["content"]
+    older = swe.model_copy(update={"meta": {"task_instruction": "Find the notes."}})
+    assert (
+        "**Task Instruction:**\nFind the notes." in build_messages(older, [], LS, 1)[-1]["content"]
+    )
+    own = older.model_copy(update={"instruction": "Count the files.", "system_prompt": "SECRET"})
+    messages = build_messages(own, [], LS, 1)
+    assert "**Task Instruction:**\nCount the files." in messages[-1]["content"]
+    assert all("SECRET" not in m["content"] for m in messages)
 
 
 def test_all_seven_domains_have_bundled_prompts() -> None:
