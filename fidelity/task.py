@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fidelity import pipeline
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import truncate
-from fidelity.judge_config import JudgeConfig
+from fidelity.judge.config import JudgeConfig
 from fidelity.model import Observation, Trajectory
 from fidelity.sandboxes import SandboxConfig
 from fidelity.store import JudgmentRecord, SimVariant, TimedObservation, TrajectoryRecord
@@ -45,7 +45,7 @@ from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import WorldModelConfig
 
 if TYPE_CHECKING:
-    from fidelity.judging import StepToJudge
+    from fidelity.judge.steps import StepToJudge
     from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
 
 JudgmentCallback = Callable[[JudgmentRecord], None]
@@ -227,7 +227,7 @@ class TaskRunner:
         """
         if task.judge is None:
             return []
-        from fidelity import judging  # the judge's client (openai): imported when a task judges
+        from fidelity.judge import steps as judging  # the judge's client (openai): on first use
 
         config = task.judge
         client = self.judges.get(config) or self.judges.setdefault(config, judging.client(config))
@@ -371,7 +371,7 @@ def task_steps(task: TrajectoryTask) -> list[StepToJudge]:
     config = task.judge
     if config is None:
         return []
-    from fidelity.judging import StepToJudge, shown
+    from fidelity.judge.steps import StepToJudge, shown
 
     history = [
         (s.action.model_dump_json(), s.observation.text, s.observation.exit_code)

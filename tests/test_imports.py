@@ -247,7 +247,14 @@ def test_replay_imports_no_world_model_judge_or_report_library(tmp_path: Path) -
     assert (tmp_path / "real.jsonl").is_file()
     assert _heavy(loaded) == []  # jinja2 too: the prompts are the world model's
     assert "numpy" not in loaded
-    assert not {"fidelity.judge", "fidelity.judging", "fidelity.worldmodels.openai_compat"} & loaded
+    assert (
+        not {
+            "fidelity.judge.run",
+            "fidelity.judge.steps",
+            "fidelity.worldmodels.openai_compat",
+        }
+        & loaded
+    )
     assert not {"fidelity.audit", "fidelity.analysis", "fidelity.report"} & loaded
     assert len(loaded) <= CEILING["replay"], len(loaded)
 
@@ -265,7 +272,7 @@ def test_an_audit_with_the_copy_baseline_imports_only_its_report_libraries(
     # the HTML report is written: its templates (jinja2) are used; its charts are SVG
     # written directly, without matplotlib
     assert [name for name in _heavy(loaded) if name != "jinja2"] == []
-    assert not {"fidelity.judge", "fidelity.worldmodels.openai_compat"} & loaded
+    assert not {"fidelity.judge.run", "fidelity.worldmodels.openai_compat"} & loaded
     assert len(loaded) <= CEILING["audit"], len(loaded)
 
 

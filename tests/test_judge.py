@@ -18,17 +18,9 @@ from typer.testing import CliRunner
 from fidelity.cli import app
 from fidelity.compare.base import StepComparison
 from fidelity.executors import ExecutorConfig
-from fidelity.judge import (
-    DIMENSIONS,
-    JudgeConfig,
-    JudgmentParseError,
-    judge_run,
-    normalized,
-    overall_score,
-    parse_scores,
-    parse_verdict,
-    spearman,
-)
+from fidelity.judge import DIMENSIONS, JudgeConfig, JudgmentParseError, judge_run
+from fidelity.judge.run import spearman
+from fidelity.judge.steps import normalized, overall_score, parse_scores, parse_verdict
 from fidelity.model import Observation
 from fidelity.store import JudgmentRecord, Store, TimedObservation, TrajectoryRecord
 from tests import test_executors
@@ -378,7 +370,7 @@ def test_a_step_judged_twice_is_stored_and_counted_once(
 
 
 def test_judge_tasks_are_plain_data_one_per_trajectory(db_path: Path, tmp_path: Path) -> None:
-    from fidelity.judge import judge_tasks, task_steps
+    from fidelity.judge.run import judge_tasks, task_steps
     from fidelity.task import TrajectoryTask
 
     store_run(db_path)

@@ -44,8 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity import store_queries as queries
 from fidelity.errors import NotFoundError
-from fidelity.judge_config import JudgeConfig
-from fidelity.judging import (
+from fidelity.judge.config import JudgeConfig
+from fidelity.judge.steps import (
     DIMENSIONS,
     JUDGE_PROMPTS,
     STEP_TEMPLATE,

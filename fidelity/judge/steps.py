@@ -19,7 +19,7 @@ from fidelity.errors import (
     UnknownDomainError,
     UsageError,
 )
-from fidelity.judge_config import JudgeConfig
+from fidelity.judge.config import JudgeConfig
 from fidelity.store import JudgmentRecord
 from fidelity.worldmodels.cache import ResponseCache, request_key
 from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel, RequestFailedError
