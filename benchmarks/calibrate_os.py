@@ -32,7 +32,7 @@ from devsets.calibration.devset import Pair
 from devsets.calibration.devset_os import build_os_pairs
 from devsets.calibration.fit import choose_cutoff, f1_score
 from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
-from fidelity.compare.osworld import OsWorldComparator, normalize
+from fidelity.compare.osworld import OsComparator, normalize
 from fidelity.formats.jsonl import read_trajectories
 
 OUT = Path(__file__).resolve().parents[1] / "fidelity/compare/calibration/os.json"
@@ -105,7 +105,7 @@ def main() -> None:
     first, second = read_trajectories(Path(args.first)), read_trajectories(Path(args.second))
     project = {t.id: t.env.project or "none" for t in first}
     pairs = list(build_os_pairs(first, second, args.seed))
-    comparator = OsWorldComparator(calibrated=False)
+    comparator = OsComparator(calibrated=False)
     compared = [comparator.compare(p.real, p.sim, p.context) for p in pairs]
     x = np.array([comparison_vector("os", c) for c in compared])
     y = np.array([int(p.drift) for p in pairs])

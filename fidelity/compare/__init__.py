@@ -16,23 +16,22 @@ from fidelity.model import Domain
 if TYPE_CHECKING:
     from fidelity.compare.android import AndroidComparator
     from fidelity.compare.config import CompareConfig, load_compare_config
-    from fidelity.compare.desktop import OsComparator
     from fidelity.compare.jsondata import JsonComparator
+    from fidelity.compare.osworld import OsComparator
     from fidelity.compare.search import SearchComparator
     from fidelity.compare.swe import SweComparator
     from fidelity.compare.terminal import TerminalComparator
     from fidelity.compare.web import WebComparator
 
 #: The comparator classes, imported on first use: a command comparing one domain
-#: never imports the others (the os comparator pulls in the sandbox registry). The
+#: never imports the others (the os comparator pulls in the desktop tree parser). The
 #: compare settings too: the store needs only ``base`` (``fidelity runs`` compares nothing).
 _LAZY = {
     "CompareConfig": "config",
     "load_compare_config": "config",
     "AndroidComparator": "android",
     "JsonComparator": "jsondata",
-    "OsComparator": "desktop",
-    "OsWorldComparator": "osworld",
+    "OsComparator": "osworld",
     "SearchComparator": "search",
     "SweComparator": "swe",
     "TerminalComparator": "terminal",
@@ -79,7 +78,7 @@ _FACTORIES: dict[str, Factory] = {
     "android": _lazy("AndroidComparator"),
     "mcp": _lazy("JsonComparator"),
     "search": _lazy("SearchComparator"),
-    "os": _lazy("OsWorldComparator"),
+    "os": _lazy("OsComparator"),
 }
 
 

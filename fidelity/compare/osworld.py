@@ -1,4 +1,4 @@
-"""The os comparator for OSWorld accessibility trees (the desktop backend's observations).
+"""The os comparator: OSWorld accessibility trees, the desktop backend's observations.
 
 Each side becomes a list of nodes: from the XML tree (``state["tree"]`` of a
 real observation, or a simulated text that is the XML) when both sides have
@@ -17,23 +17,34 @@ Drift: a matched node whose meaningful states differ (a checkbox the model
 got wrong), a different exit status, or the shipped calibration (``calibration/os.json``, fitted by
 ``benchmarks/calibrate_os.py`` on two real desktop replays plus labeled
 corruptions; every coefficient is non-negative, so a larger difference never
-lowers the drift probability), or without it any mismatch. A side that is
-neither a tree nor a table goes to :class:`~fidelity.compare.desktop.OsComparator`
-(the benchmark's JSON and command-output shapes).
+lowers the drift probability), or without it any mismatch.
+
+A side that is neither a tree with its states nor a table goes to
+:class:`ElementSetComparator` (AgentWorldBench's os shapes). Its trees, OSWorld's
+linearised table (a header line ``tag<TAB>name<TAB>text<TAB>class…`` and one element per
+line) or its XML rooted at ``desktop-frame``, are compared as multisets of elements,
+positions and sizes left out: ``element_f1`` over (role, name) pairs, ``text_f1`` over
+(role, name, text) triples, ``role_f1`` over roles, ``score`` = 0.5 × element_f1 + 0.3 ×
+text_f1 + 0.2 × role_f1, entities ``element:<role> '<name>'``. Otherwise both sides
+parsed as JSON follow the :class:`~fidelity.compare.jsondata.JsonComparator` rules, and
+anything else the terminal comparator's with a fixed threshold (0.9; no calibration data
+for this shape). No input raises.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from html import unescape
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.desktop import OsComparator
-from fidelity.compare.structured import infra_failure, listed
+from fidelity.compare.entities import extract
+from fidelity.compare.jsondata import JsonComparator, json_entities
+from fidelity.compare.structured import infra_failure, listed, overlap, verdict
 from fidelity.model import Observation
 from fidelity.sandboxes.desktop_tree import CP, ST, kept, pair, parse_table, parse_xml, rows
 
@@ -177,7 +188,7 @@ def _agreement(bad: int, total: int) -> float:
     return 1.0 - bad / total if total else 1.0
 
 
-class OsWorldComparator:
+class OsComparator:
     """Compares OSWorld accessibility trees or their linearised tables (see module doc)."""
 
     domain = "os"
@@ -192,7 +203,7 @@ class OsWorldComparator:
         config = config or CompareConfig()
         self.threshold = threshold if threshold is not None else config.threshold(self.domain, 1.0)
         self.calibration = calibration_for(self.domain, threshold, config, calibrated)
-        self.fallback = OsComparator(threshold, config=config)
+        self.fallback = ElementSetComparator(threshold, config=config)
 
     def entities(self, observation: Observation, context: CompareContext) -> set[str]:
         """Role:name labels of the observation's nodes (for cross-turn consistency)."""
@@ -267,4 +278,96 @@ class OsWorldComparator:
         drift = bool(hard) or comparison.score < self.threshold
         return comparison.model_copy(
             update={"drift": drift, "reasons": [*hard, *findings] if drift else []}
+        )
+
+
+# -- AgentWorldBench's os shapes: element sets, JSON, text ------------------------------
+
+_TABLE_HEADER = re.compile(r"^[ \t]*tag\tname\ttext", re.MULTILINE)
+_XML_ROOT = re.compile(r"<desktop-frame\b")
+_XML_TAG = re.compile(r"<([A-Za-z][\w.:-]*)((?:\s+[\w.:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'))*)\s*/?>")
+_NAME_ATTR = re.compile(r"(?:^|\s)name\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
+
+Element = tuple[str, str, str]
+"""(role, name, text) of one accessibility element."""
+
+
+def parse_tree(text: str) -> list[Element] | None:
+    """The elements of an OSWorld accessibility tree (table or XML); None when *text* is neither."""
+    header = _TABLE_HEADER.search(text)
+    if header is not None:
+        rows = text[header.end() :].split("\n")[1:]
+        elements = []
+        for row in rows:
+            cells = row.split("\t")
+            if len(cells) >= 2 and cells[0].strip():
+                text_cell = cells[2].strip() if len(cells) > 2 else ""
+                elements.append((cells[0].strip(), cells[1].strip(), text_cell))
+        return elements
+    if _XML_ROOT.search(text) is None:
+        return None
+    elements = []
+    for match in _XML_TAG.finditer(text):
+        name = _NAME_ATTR.search(match.group(2))
+        value = unescape((name.group(1) or name.group(2) or "") if name else "")
+        elements.append((match.group(1), value, ""))
+    return elements
+
+
+def tree_entities(elements: list[Element]) -> set[str]:
+    """``element:<role> '<name>'`` of every named element."""
+    return {f"element:{role} {name!r}" for role, name, _ in elements if name}
+
+
+class ElementSetComparator:
+    """The benchmark's other os shapes: OSWorld trees as element sets (AgentWorldBench's
+    form, without positions), JSON as JSON, else terminal text (see the module doc)."""
+
+    domain = "os"
+
+    def __init__(
+        self, threshold: float | None = None, *, config: CompareConfig | None = None
+    ) -> None:
+        self.json = JsonComparator(threshold, config=config, domain=self.domain)
+        self.threshold = self.json.threshold
+
+    def entities(self, observation: Observation, context: CompareContext) -> set[str]:
+        """The entities of one observation (for cross-turn consistency)."""
+        tree = parse_tree(observation.text)
+        if tree is not None:
+            return tree_entities(tree)
+        flat = self.json.flat(observation)
+        if flat is not None:
+            return json_entities(flat)
+        text, _ = self.json.text.normalizer.cached(observation.text)
+        return extract(text, context.action.render())
+
+    def compare(
+        self, real: Observation, sim: Observation, context: CompareContext
+    ) -> StepComparison:
+        """Score *sim* against *real* for the step described by *context*."""
+        failed = infra_failure(real, sim)
+        if failed is not None:
+            return failed
+        real_tree, sim_tree = parse_tree(real.text), parse_tree(sim.text)
+        if real_tree is not None and sim_tree is not None:
+            return self.compare_trees(real_tree, sim_tree, context)
+        return self.json.compare(real, sim, context)
+
+    def compare_trees(
+        self, real: list[Element], sim: list[Element], context: CompareContext
+    ) -> StepComparison:
+        """The verdict on two element lists (positions and sizes left out)."""
+        _, _, elements = overlap(Counter(e[:2] for e in real), Counter(e[:2] for e in sim))
+        _, _, texts = overlap(Counter(real), Counter(sim))
+        _, _, roles = overlap(Counter(e[0] for e in real), Counter(e[0] for e in sim))
+        real_e, sim_e = tree_entities(real), tree_entities(sim)
+        return verdict(
+            score=0.5 * elements + 0.3 * texts + 0.2 * roles,
+            threshold=self.threshold,
+            metrics={"tree": 1.0, "element_f1": elements, "text_f1": texts, "role_f1": roles},
+            sim_only=sim_e - real_e,
+            real_only=real_e - sim_e,
+            context=context,
+            normalizations={},
         )

@@ -1,18 +1,19 @@
-"""OsComparator: JSON state compared as JSON, other output as terminal text (fixed threshold)."""
+"""The os comparator's other shapes (ElementSetComparator): JSON state compared as JSON, other
+output as terminal text (fixed threshold)."""
 
 from __future__ import annotations
 
 import json
 
-from fidelity.compare import OsComparator
 from fidelity.compare.base import CompareContext
+from fidelity.compare.osworld import ElementSetComparator
 from fidelity.model import Observation, TextAction
 
 CONTEXT = CompareContext(action=TextAction(text="pyautogui.hotkey('ctrl', 's')"))
 
 
 def compare(real: str, sim: str):  # type: ignore[no-untyped-def]
-    return OsComparator().compare(Observation(text=real), Observation(text=sim), CONTEXT)
+    return ElementSetComparator().compare(Observation(text=real), Observation(text=sim), CONTEXT)
 
 
 def test_json_window_state() -> None:
@@ -23,7 +24,7 @@ def test_json_window_state() -> None:
 
 
 def test_text_output_uses_fixed_text_rule() -> None:
-    comparator = OsComparator()
+    comparator = ElementSetComparator()
     assert comparator.json.text.calibration is None and comparator.threshold == 0.9
     result = compare("Saved /home/user/report.odt\n", "Saved /home/user/report-final.odt\n")
     assert result.drift

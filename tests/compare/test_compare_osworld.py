@@ -7,7 +7,7 @@ import pytest
 from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.calibration import comparison_vector, load_calibration
-from fidelity.compare.osworld import OsWorldComparator, normalize
+from fidelity.compare.osworld import OsComparator, normalize
 from fidelity.model import CodeAction, Observation
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
 
@@ -42,33 +42,33 @@ def table(xml: str) -> Observation:
 
 
 @pytest.fixture
-def comparator() -> OsWorldComparator:
-    return OsWorldComparator()
+def comparator() -> OsComparator:
+    return OsComparator()
 
 
 def test_the_os_domain_uses_it_with_its_calibration() -> None:
     comparator = get_comparator("os")
-    assert isinstance(comparator, OsWorldComparator)
+    assert isinstance(comparator, OsComparator)
     calibration = load_calibration("os")
     assert calibration is not None and comparator.calibration == calibration
     assert all(c >= 0 for c in calibration.coef)  # never runs backwards
 
 
 @pytest.mark.parametrize("form", [table, lambda xml: Observation(text=xml)])
-def test_same_screen_is_no_drift(comparator: OsWorldComparator, form: object) -> None:
+def test_same_screen_is_no_drift(comparator: OsComparator, form: object) -> None:
     xml = tree()
     result = comparator.compare(real(xml), form(xml), CONTEXT)  # type: ignore[operator]
     assert result.score == 1.0 and not result.drift and result.reasons == []
 
 
-def test_a_few_pixels_and_volatile_parts_are_no_drift(comparator: OsWorldComparator) -> None:
+def test_a_few_pixels_and_volatile_parts_are_no_drift(comparator: OsComparator) -> None:
     assert not comparator.compare(real(tree()), table(tree(x=804)), CONTEXT).drift
     marked = Observation(text=tree(title="*galculator"))
     assert not comparator.compare(real(tree()), marked, CONTEXT).drift
     assert normalize("22\u200e\u223616 Yesterday 2024-06-01") == "<TIME> <TIME> <TIME>"
 
 
-def test_real_differences_drift(comparator: OsWorldComparator) -> None:
+def test_real_differences_drift(comparator: OsComparator) -> None:
     wrong = comparator.compare(real(tree()), table(tree(display="6")), CONTEXT)
     assert wrong.drift and any("text of text:" in r for r in wrong.reasons)
     moved = comparator.compare(real(tree()), table(tree(x=850)), CONTEXT)
@@ -80,14 +80,14 @@ def test_real_differences_drift(comparator: OsWorldComparator) -> None:
     assert extra.drift and extra.hallucinations == ["push-button:Apply"]
 
 
-def test_tree_keys_carry_the_ancestor_path(comparator: OsWorldComparator) -> None:
+def test_tree_keys_carry_the_ancestor_path(comparator: OsComparator) -> None:
     other = tree().replace('<application name="galculator">', '<application name="mousepad">')
     result = comparator.compare(real(tree()), Observation(text=other), CONTEXT)
     assert result.drift
     assert "application:galculator/frame:galculator/menu:File" in result.omissions
 
 
-def test_more_difference_never_lowers_the_drift_probability(comparator: OsWorldComparator) -> None:
+def test_more_difference_never_lowers_the_drift_probability(comparator: OsComparator) -> None:
     one = comparator.compare(real(tree()), table(tree(display="6")), CONTEXT)
     two = comparator.compare(real(tree()), table(tree(display="6", x=900)), CONTEXT)
     assert two.metrics["drift_p"] >= one.metrics["drift_p"]
@@ -97,6 +97,6 @@ def test_more_difference_never_lowers_the_drift_probability(comparator: OsWorldC
 @pytest.mark.parametrize(
     "text", ["", "not a tree", "<desktop-frame", '{"a": 1}', "tag\tname\n\t\t\t", "\x00" * 5]
 )
-def test_no_input_makes_it_raise(comparator: OsWorldComparator, text: str) -> None:
+def test_no_input_makes_it_raise(comparator: OsComparator, text: str) -> None:
     result = comparator.compare(real(tree()), Observation(text=text), CONTEXT)
     assert 0.0 <= result.score <= 1.0 and result.drift
