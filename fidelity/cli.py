@@ -698,7 +698,7 @@ def _world_options(
 
 def _site_origins(options: Mapping[str, Any]) -> frozenset[str]:
     """The origins of the operator's sites (what a dataset's ``env.sites`` URL may name)."""
-    from fidelity.sandboxes.web_sites import webarena_sites
+    from fidelity.sandboxes.sites import webarena_sites
     from fidelity.trust import origin_of
 
     sites = options.get("sites")
@@ -758,7 +758,7 @@ def _site_options(
 
     from fidelity.errors import UsageError
     from fidelity.model import EnvSpec
-    from fidelity.sandboxes.web_sites import webarena_sites
+    from fidelity.sandboxes.sites import webarena_sites
 
     given: dict[str, dict[str, str]] = {}
     for option, key, values in (("--site", "url", sites), ("--site-reset", "reset", resets)):

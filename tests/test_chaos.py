@@ -159,7 +159,7 @@ def test_sigkill_of_a_docker_audit_leaves_nothing(
 @pytest.mark.browser
 def test_sigkill_of_a_browser_audit_leaves_nothing(tmp_path: Path, sandbox_tmp: Path) -> None:
     from fidelity.sandboxes.browser import BrowserConfig
-    from fidelity.sandboxes.web_sites import OWNER_FLAG
+    from fidelity.sandboxes.sites import OWNER_FLAG
     from tests.conftest import require_binary, require_module
 
     require_binary(BrowserConfig().executable, "apt-get install chromium")

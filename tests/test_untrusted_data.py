@@ -148,7 +148,7 @@ def test_a_dataset_site_must_be_one_of_the_operators(tmp_path: Path) -> None:
 
 def test_the_browser_refuses_a_site_the_operator_did_not_name() -> None:
     from fidelity.sandboxes.images import EnvironmentUnavailableError
-    from fidelity.sandboxes.web_sites import resolve_sites
+    from fidelity.sandboxes.sites import resolve_sites
 
     env = EnvSpec.model_validate({"sites": {"shop": "http://127.0.0.1:9"}})
     with pytest.raises(EnvironmentUnavailableError, match="not one of the operator's sites"):

@@ -68,7 +68,7 @@ from fidelity.sandboxes.browser_tree import (
     render_tree,
 )
 from fidelity.sandboxes.config import SandboxConfigBase
-from fidelity.sandboxes.web_sites import (
+from fidelity.sandboxes.sites import (
     OWNER_FLAG,
     LiveSite,
     SiteProcess,

@@ -6,7 +6,7 @@
   ``~/.cache/fidelity/web/django-<version>-<hash>.sqlite3``; each start copies it.
 - ``sqlite-web``: Charles Leifer's sqlite-web (Flask) over a seeded inventory database.
 
-Both run under :mod:`wsgiref` on an ephemeral port (see :mod:`fidelity.sandboxes.web_sites`).
+Both run under :mod:`wsgiref` on an ephemeral port (see :mod:`fidelity.sandboxes.sites`).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Five kinds: ``datasette`` (Datasette over a SQLite database generated here,
 seeded), ``static`` (a copy of documentation HTML from a Debian package, served
-by :mod:`http.server`), ``library`` (:mod:`fidelity.sandboxes.web_app`), and
-``django`` (the Django admin) and ``sqlite-web`` (see :mod:`fidelity.sandboxes.web_apps`).
-Each site runs in its own process (``python -m fidelity.sandboxes.web_sites``)
+by :mod:`http.server`), ``library`` (:mod:`fidelity.sandboxes.library_site`), and
+``django`` (the Django admin) and ``sqlite-web`` (see :mod:`fidelity.sandboxes.packaged_sites`).
+Each site runs in its own process (``python -m fidelity.sandboxes.sites``)
 in its own session, bound to an ephemeral port on 127.0.0.1; it prints
 ``PORT <n>`` when ready and exits when its owner process dies.
 """
@@ -104,7 +104,7 @@ class SiteProcess:
 
     def __init__(self, folder: Path, root: Path) -> None:
         _check_installed(load_site(folder), folder)
-        argv = [sys.executable, "-m", "fidelity.sandboxes.web_sites", str(folder), str(root)]
+        argv = [sys.executable, "-m", "fidelity.sandboxes.sites", str(folder), str(root)]
         self.proc = subprocess.Popen(
             [*argv, f"{OWNER_FLAG}={os.getpid()}"],
             stdin=subprocess.DEVNULL,
@@ -433,15 +433,15 @@ def _serve(folder: Path, root: Path) -> None:
 
 def _serve_wsgi(kind: str, root: Path) -> None:
     """A WSGI site (the library, the Django admin, sqlite-web) on a threaded wsgiref server."""
-    from fidelity.sandboxes import web_apps
-    from fidelity.sandboxes.web_app import LibraryApp
+    from fidelity.sandboxes import packaged_sites
+    from fidelity.sandboxes.library_site import LibraryApp
 
     if kind == "library":
-        app: web_apps.WsgiApp = LibraryApp()
+        app: packaged_sites.WsgiApp = LibraryApp()
     elif kind == "django":
-        app = web_apps.django_app(root)
+        app = packaged_sites.django_app(root)
     else:
-        app = web_apps.sqlite_web_app(root)
+        app = packaged_sites.sqlite_web_app(root)
     wsgi = make_server(
         "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietWSGI
     )
@@ -475,8 +475,8 @@ def _watch_owner(owner: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve one site: ``python -m fidelity.sandboxes.web_sites FOLDER ROOT --fidelity-owner=PID``."""
-    parser = argparse.ArgumentParser(prog="fidelity.sandboxes.web_sites")
+    """Serve one site: ``python -m fidelity.sandboxes.sites FOLDER ROOT --fidelity-owner=PID``."""
+    parser = argparse.ArgumentParser(prog="fidelity.sandboxes.sites")
     parser.add_argument("folder", type=Path)
     parser.add_argument("root", type=Path)
     parser.add_argument(OWNER_FLAG, dest="owner", type=int, required=True)

@@ -17,8 +17,8 @@ from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
 from fidelity.sandboxes import get_sandbox
 from fidelity.sandboxes.browser import BrowserConfig
-from fidelity.sandboxes.web_apps import build_inventory
-from fidelity.sandboxes.web_sites import SiteProcess, project_dir
+from fidelity.sandboxes.packaged_sites import build_inventory
+from fidelity.sandboxes.sites import SiteProcess, project_dir
 from tests.conftest import IN_CI, require_binary, require_module
 
 pytestmark = pytest.mark.browser

@@ -32,7 +32,7 @@ from fidelity.sandboxes.browser import (
     _marked_processes,
     chromium_flags,
 )
-from fidelity.sandboxes.web_sites import OWNER_FLAG, WEBARENA_VARIABLES, project_dir
+from fidelity.sandboxes.sites import OWNER_FLAG, WEBARENA_VARIABLES, project_dir
 from tests.conftest import require_binary, require_module
 
 pytestmark = pytest.mark.browser
@@ -57,7 +57,7 @@ def outside_site(chromium: None, tmp_path: Path) -> Iterator[str]:
     """The bundled library site as the user's own server: its own process on a loopback port."""
     root = tmp_path / "outside"
     root.mkdir()
-    argv = [sys.executable, "-m", "fidelity.sandboxes.web_sites", str(project_dir("library"))]
+    argv = [sys.executable, "-m", "fidelity.sandboxes.sites", str(project_dir("library"))]
     proc = subprocess.Popen(
         [*argv, str(root), f"{OWNER_FLAG}={os.getpid()}"],
         stdout=subprocess.PIPE,
