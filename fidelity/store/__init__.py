@@ -7,26 +7,22 @@ name other modules use is importable from here, and so are the internals that te
 
 from __future__ import annotations
 
-from fidelity.store.core import (
-    DEFAULT_DB,
-    JudgmentRecord,
-    RecordBuffer,
-    ReplayedRecord,
-    ShardReceipt,
-    SimVariant,
-    Store,
-    StoredReplay,
-    TimedObservation,
-    TrajectoryRecord,
-    action_adapter,
-    run_status,
-    sql_string,
-)
+from fidelity.store.core import DEFAULT_DB, RecordBuffer, Store, run_status, sql_string
 from fidelity.store.core import _Batch as _Batch
 from fidelity.store.core import _insert_columns as _insert_columns
 from fidelity.store.core import _now as _now
 from fidelity.store.core import _sorted_json as _sorted_json
 from fidelity.store.core import _Writer as _Writer
+from fidelity.store.records import (
+    JudgmentRecord,
+    ReplayedRecord,
+    ShardReceipt,
+    SimVariant,
+    StoredReplay,
+    TimedObservation,
+    TrajectoryRecord,
+    action_adapter,
+)
 from fidelity.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, WRITTEN, Migration
 
 __all__ = [

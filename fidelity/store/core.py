@@ -38,7 +38,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,15 @@ import duckdb
 
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.processes import alive
+from fidelity.store.records import (
+    JudgmentRecord,
+    ReplayedRecord,
+    ShardReceipt,
+    StoredReplay,
+    TimedObservation,
+    TrajectoryRecord,
+    action_adapter,
+)
 from fidelity.store.schema import (
     _PER_TRAJECTORY_TABLES,
     _SCHEMA,
@@ -58,10 +66,9 @@ from fidelity.store.schema import (
 
 if TYPE_CHECKING:
     import numpy
-    from pydantic import TypeAdapter
 
     from fidelity.compare.base import StepComparison
-    from fidelity.model import Action, Observation, Trajectory
+    from fidelity.model import Observation, Trajectory
     from fidelity.outcomes import RealOutcome
 
 DEFAULT_DB = "fidelity.duckdb"
@@ -88,75 +95,6 @@ next batch (``benchmarks/store_writes.py``'s path, 30,000 steps, five alternatin
 2 cores at load 9: medians 20,200 steps per CPU second with one thread against 16,200 with
 two, 5,460 against 4,420 steps/s wall). Read-only stores (reports, analysis) keep DuckDB's
 default, one thread per core."""
-
-
-@functools.cache
-def action_adapter() -> TypeAdapter[Action]:
-    """Validates one stored action; built on first use. Reading commands never parse actions,
-    so the store loads no model of :mod:`fidelity.model` until a method needs one (``fidelity
-    runs`` builds no pydantic model)."""
-    from pydantic import TypeAdapter
-
-    from fidelity.model import Action
-
-    return TypeAdapter(Action)
-
-
-@dataclass
-class TimedObservation:
-    """An observation and how long it took to obtain."""
-
-    observation: Observation
-    latency_ms: float | None = None
-
-
-@dataclass
-class SimVariant:
-    """One more simulation of a trajectory: another mode, or another sample (draw)."""
-
-    mode: str
-    sample: int
-    sim: list[TimedObservation]
-    comparisons: list[StepComparison]
-
-
-@dataclass
-class TrajectoryRecord:
-    """Everything one audited trajectory adds to the store.
-
-    ``sim``/``comparisons`` are sample 0 of ``mode``; an audit drawing several
-    samples or running both modes adds the other draws as ``extra`` variants.
-    """
-
-    trajectory: Trajectory
-    real: list[TimedObservation]
-    sim: list[TimedObservation]
-    comparisons: list[StepComparison]
-    mode: str
-    real_seconds: float
-    sim_seconds: float
-    error: str | None = None
-    extra: list[SimVariant] = field(default_factory=list)
-    outcome: RealOutcome | None = None
-    """What the environment's check said after the replay (None: no check ran)."""
-
-    def variants(self) -> list[SimVariant]:
-        """Every simulation of the trajectory, the first one included."""
-        return [SimVariant(self.mode, 0, self.sim, self.comparisons), *self.extra]
-
-
-@dataclass(frozen=True)
-class ShardReceipt:
-    """What a Ray worker hands back instead of its records: which trajectories, where
-    (the Parquet shard of :mod:`fidelity.store_shards`, merged by :class:`RecordBuffer`).
-    A dataclass, not a pydantic model: it never crosses an edge (the worker builds it), and
-    the store then loads no pydantic machinery for the commands that only read."""
-
-    folder: Path
-    """the complete shard folder"""
-    trajectory_ids: list[str]
-    failed: dict[str, str] = field(default_factory=dict)
-    """trajectories whose sandbox failed: id -> error"""
 
 
 class RecordBuffer:
@@ -336,29 +274,6 @@ class _Writer:
         return count
 
 
-@dataclass
-class ReplayedRecord:
-    """The real side of one trajectory, stored before it is simulated (see :meth:`Store.write_replayed`)."""
-
-    trajectory: Trajectory
-    real: list[TimedObservation]
-    real_seconds: float
-    error: str | None = None
-    outcome: RealOutcome | None = None
-
-
-@dataclass
-class StoredReplay:
-    """A real side read back from the store: the start page shown, then every step, and
-    what the environment's check said after it."""
-
-    initial_observation: str | None
-    real: list[TimedObservation]
-    real_seconds: float
-    error: str | None = None
-    outcome: RealOutcome | None = None
-
-
 def run_status(status: str, owner_pid: int | None, owner_host: str | None) -> str:
     """*status* as it stands: a ``running`` run whose owner process is gone from this host
     is ``dead`` (it was killed without a chance to say so). A run owned by another host,
@@ -367,20 +282,6 @@ def run_status(status: str, owner_pid: int | None, owner_host: str | None) -> st
     if status != "running" or owner_pid is None or owner_host != socket.gethostname():
         return status
     return status if alive(owner_pid) else "dead"
-
-
-@dataclass
-class JudgmentRecord:
-    """An LLM judge's verdict on one compared step: scores, or the error that replaced them."""
-
-    trajectory_id: str
-    depth: int
-    mode: str
-    sample: int
-    scores: dict[str, float] | None
-    overall: float | None
-    error: str | None = None
-    raw: str | None = None
 
 
 class Store:
