@@ -8,10 +8,6 @@ name other modules use is importable from here, and so are the internals that te
 from __future__ import annotations
 
 from fidelity.store.core import DEFAULT_DB, RecordBuffer, Store, run_status, sql_string
-from fidelity.store.core import _Batch as _Batch
-from fidelity.store.core import _insert_columns as _insert_columns
-from fidelity.store.core import _now as _now
-from fidelity.store.core import _sorted_json as _sorted_json
 from fidelity.store.core import _Writer as _Writer
 from fidelity.store.records import (
     JudgmentRecord,
@@ -23,6 +19,10 @@ from fidelity.store.records import (
     TrajectoryRecord,
     action_adapter,
 )
+from fidelity.store.rows import _Batch as _Batch
+from fidelity.store.rows import _insert_columns as _insert_columns
+from fidelity.store.rows import _now as _now
+from fidelity.store.rows import _sorted_json as _sorted_json
 from fidelity.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, WRITTEN, Migration
 
 __all__ = [
