@@ -7,8 +7,7 @@ name other modules use is importable from here, and so are the internals that te
 
 from __future__ import annotations
 
-from fidelity.store.core import DEFAULT_DB, RecordBuffer, Store, run_status, sql_string
-from fidelity.store.core import _Writer as _Writer
+from fidelity.store.core import DEFAULT_DB, Store, run_status, sql_string
 from fidelity.store.records import (
     JudgmentRecord,
     ReplayedRecord,
@@ -24,6 +23,8 @@ from fidelity.store.rows import _insert_columns as _insert_columns
 from fidelity.store.rows import _now as _now
 from fidelity.store.rows import _sorted_json as _sorted_json
 from fidelity.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, WRITTEN, Migration
+from fidelity.store.writer import RecordBuffer
+from fidelity.store.writer import _Writer as _Writer
 
 __all__ = [
     "COLUMNS",
