@@ -1,0 +1,38 @@
+"""The Docker backend: one hardened container and one persistent bash per trajectory.
+
+The sandbox, its isolation and its protocol are described in
+:mod:`fidelity.sandboxes.docker.sandbox`. Every name other modules use is importable from
+here, and so are the internals that tests reach (``_pools``, ``_none_labelled``).
+"""
+
+from __future__ import annotations
+
+from fidelity.sandboxes.docker.sandbox import (
+    DEFAULT_SOCKET,
+    KEEPALIVE,
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_RUN,
+    DockerConfig,
+    DockerSandbox,
+    ImageUnsuitableError,
+    close_pools,
+    sweep_stale,
+    workdir_archive,
+)
+from fidelity.sandboxes.docker.sandbox import _none_labelled as _none_labelled
+from fidelity.sandboxes.docker.sandbox import _pools as _pools
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "KEEPALIVE",
+    "LABEL_HOST",
+    "LABEL_OWNER",
+    "LABEL_RUN",
+    "DockerConfig",
+    "DockerSandbox",
+    "ImageUnsuitableError",
+    "close_pools",
+    "sweep_stale",
+    "workdir_archive",
+]
