@@ -80,7 +80,7 @@ REGISTRY: dict[str, Backend] = {
         default_for=("terminal",),
     ),
     "docker": Backend(
-        "fidelity.sandboxes.docker:DockerConfig",
+        "fidelity.sandboxes.docker.config:DockerConfig",
         "fidelity.sandboxes.pool:new_sandbox",  # the swe domain's sandbox adds its tools
         "fidelity.sandboxes.docker:sweep_stale",
         domains=("terminal", "swe"),

@@ -7,13 +7,13 @@ here, and so are the internals that tests reach (``_pools``, ``_none_labelled``)
 
 from __future__ import annotations
 
+from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.sandbox import (
     DEFAULT_SOCKET,
     KEEPALIVE,
     LABEL_HOST,
     LABEL_OWNER,
     LABEL_RUN,
-    DockerConfig,
     DockerSandbox,
     ImageUnsuitableError,
     close_pools,
