@@ -8,12 +8,10 @@ here, and so are the internals that tests reach (``_pools``, ``_none_labelled``)
 from __future__ import annotations
 
 from fidelity.sandboxes.docker.config import DockerConfig
+from fidelity.sandboxes.docker.containers import LABEL_HOST, LABEL_OWNER, LABEL_RUN
 from fidelity.sandboxes.docker.sandbox import (
     DEFAULT_SOCKET,
     KEEPALIVE,
-    LABEL_HOST,
-    LABEL_OWNER,
-    LABEL_RUN,
     DockerSandbox,
     ImageUnsuitableError,
     close_pools,

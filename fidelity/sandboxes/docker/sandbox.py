@@ -30,10 +30,8 @@ import atexit
 import contextlib
 import http.client
 import io
-import itertools
 import json
 import os
-import secrets
 import socket
 import tarfile
 import threading
@@ -47,6 +45,13 @@ from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Obs
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.docker.config import DockerConfig
+from fidelity.sandboxes.docker.containers import (
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_RUN,
+    _container_name,
+    _remove,
+)
 from fidelity.sandboxes.images import (
     AGENT_UID,
     ImageProfile,
@@ -70,11 +75,7 @@ from fidelity.sandboxes.shell import (
     quote,
 )
 
-LABEL_OWNER = "fidelity.owner_pid"
-LABEL_HOST = "fidelity.owner_host"
-LABEL_RUN = "fidelity.run"
 _TMUX = "tmux -L fidelity"
-_counter = itertools.count(1)
 _image_cache: dict[str, str] = {}
 _image_lock = threading.Lock()
 _BASH = "/bin/bash"
@@ -758,10 +759,6 @@ class DockerSandbox(Sandbox):
         return None
 
 
-def _container_name() -> str:
-    return f"fidelity-{os.getpid()}-{next(_counter)}-{secrets.token_hex(3)}"
-
-
 class _WarmPool:
     """Containers created and started ahead of need, refilled in the background.
 
@@ -913,17 +910,6 @@ def _add_file(tar: tarfile.TarFile, name: str, data: bytes, owner: Any) -> None:
     if owner is not None:
         info = owner(info)
     tar.addfile(info, io.BytesIO(data))
-
-
-def _remove(container: Any) -> None:
-    import docker
-
-    with contextlib.suppress(docker.errors.NotFound):
-        try:
-            container.remove(force=True, v=True)  # with the image's anonymous VOLUMEs
-        except docker.errors.APIError as exc:
-            if "already in progress" not in str(exc):
-                raise
 
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
