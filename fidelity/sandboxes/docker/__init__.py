@@ -14,12 +14,12 @@ from fidelity.sandboxes.docker.sandbox import (
     KEEPALIVE,
     DockerSandbox,
     ImageUnsuitableError,
-    close_pools,
     sweep_stale,
     workdir_archive,
 )
 from fidelity.sandboxes.docker.sandbox import _none_labelled as _none_labelled
-from fidelity.sandboxes.docker.sandbox import _pools as _pools
+from fidelity.sandboxes.docker.warm import _pools as _pools
+from fidelity.sandboxes.docker.warm import close_pools
 
 __all__ = [
     "DEFAULT_SOCKET",
