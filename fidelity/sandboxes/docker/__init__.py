@@ -7,6 +7,7 @@ here, and so are the internals that tests reach (``_pools``, ``_none_labelled``)
 
 from __future__ import annotations
 
+from fidelity.sandboxes.docker.archive import workdir_archive
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.containers import LABEL_HOST, LABEL_OWNER, LABEL_RUN
 from fidelity.sandboxes.docker.sandbox import (
@@ -15,7 +16,6 @@ from fidelity.sandboxes.docker.sandbox import (
     DockerSandbox,
     ImageUnsuitableError,
     sweep_stale,
-    workdir_archive,
 )
 from fidelity.sandboxes.docker.sandbox import _none_labelled as _none_labelled
 from fidelity.sandboxes.docker.warm import _pools as _pools

@@ -43,6 +43,7 @@ from fidelity.errors import SandboxError, SetupFailedError, UsageError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
+from fidelity.sandboxes.docker.archive import workdir_archive
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.containers import (
     LABEL_HOST,
@@ -62,8 +63,6 @@ from fidelity.sandboxes.images import (
 )
 from fidelity.sandboxes.shell import (
     CONTROL,
-    GITCONFIG,
-    HOME,
     MOUNT,
     SANDBOX_ENVIRONMENT,
     SHELL_ARGV,
@@ -773,46 +772,6 @@ def _lookup(container: Any, table: str, name: str) -> tuple[int, int]:
             gid = fields[3] if len(fields) > 3 and fields[3].isdigit() else fields[2]
             return int(fields[2]), int(gid)
     raise ImageUnsuitableError(f"the image's USER names {name!r}, which its {table} lacks")
-
-
-def workdir_archive(
-    env: EnvSpec,
-    harness: dict[str, bytes] | None = None,
-    owner: tuple[int, int] = (AGENT_UID, AGENT_UID),
-) -> bytes:
-    """A tar of the workdir (at ``workspace/``), ``~/.gitconfig``, setup scripts and the
-    *harness* files (name under ``CONTROL``: bytes); the workdir and ``~`` owned by *owner*."""
-
-    def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid, info.gid = owner
-        info.uname = info.gname = ""
-        return info
-
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        if env.workdir:
-            source = Path(env.workdir)
-            if not source.is_dir():
-                raise SandboxError(f"env.workdir {env.workdir}: not a directory")
-            tar.add(str(source), arcname=MOUNT.lstrip("/"), filter=owned)
-        _add_file(tar, f"{HOME.lstrip('/')}/.gitconfig", GITCONFIG.encode(), owned)
-        for index, command in enumerate(env.setup):
-            if command.startswith("@"):
-                data = Path(command[1:]).read_bytes()
-                _add_file(tar, f"{CONTROL.lstrip('/')}/setup-{index}.sh", data, None)
-        for name, data in (harness or {}).items():
-            _add_file(tar, f"{CONTROL.lstrip('/')}/{name}", data, None)
-    return buffer.getvalue()
-
-
-def _add_file(tar: tarfile.TarFile, name: str, data: bytes, owner: Any) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = 0o644
-    info.mtime = int(time.time())
-    if owner is not None:
-        info = owner(info)
-    tar.addfile(info, io.BytesIO(data))
 
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
