@@ -82,7 +82,7 @@ REGISTRY: dict[str, Backend] = {
     "docker": Backend(
         "fidelity.sandboxes.docker.config:DockerConfig",
         "fidelity.sandboxes.pool:new_sandbox",  # the swe domain's sandbox adds its tools
-        "fidelity.sandboxes.docker:sweep_stale",
+        "fidelity.sandboxes.docker.sweep:sweep_stale",
         domains=("terminal", "swe"),
         default_for=("swe",),
         pool="fidelity.sandboxes.pool:shared_pool",

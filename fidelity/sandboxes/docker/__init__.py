@@ -11,13 +11,12 @@ from fidelity.sandboxes.docker.archive import workdir_archive
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.containers import LABEL_HOST, LABEL_OWNER, LABEL_RUN
 from fidelity.sandboxes.docker.sandbox import (
-    DEFAULT_SOCKET,
     KEEPALIVE,
     DockerSandbox,
     ImageUnsuitableError,
-    sweep_stale,
 )
-from fidelity.sandboxes.docker.sandbox import _none_labelled as _none_labelled
+from fidelity.sandboxes.docker.sweep import DEFAULT_SOCKET, sweep_stale
+from fidelity.sandboxes.docker.sweep import _none_labelled as _none_labelled
 from fidelity.sandboxes.docker.warm import _pools as _pools
 from fidelity.sandboxes.docker.warm import close_pools
 

@@ -1,5 +1,5 @@
-"""fidelity's containers: the labels that name their run and owner (what ``sweep_stale``
-reads), their names, their removal."""
+"""fidelity's containers: the labels that name their run and owner (what
+:func:`~fidelity.sandboxes.docker.sweep.sweep_stale` reads), their names, their removal."""
 
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ recipe may add some back through ``cap_add``), ``no-new-privileges``, PID,
 memory and CPU limits of the container's cgroup, ``RLIMIT_DATA`` and
 ``RLIMIT_FSIZE`` per process, a size-limited ``/tmp`` tmpfs, an unprivileged
 ``agent`` user (uid 1000), and labels (``fidelity.run``,
-``fidelity.owner_pid``) so :func:`sweep_stale` can remove what a killed audit
-left. The workdir, ``~/.gitconfig`` and ``@file`` setup scripts are copied in
-with ``put_archive`` before the container starts, fresh for every reset.
+``fidelity.owner_pid``) so :func:`~fidelity.sandboxes.docker.sweep.sweep_stale` can remove
+what a killed audit left. The workdir, ``~/.gitconfig`` and ``@file`` setup scripts are
+copied in with ``put_archive`` before the container starts, fresh for every reset
+(:func:`~fidelity.sandboxes.docker.archive.workdir_archive`).
 
 An image is data: its ``ENTRYPOINT``, ``CMD`` and ``HEALTHCHECK`` never run (the
 container's process is fidelity's keepalive), the variables of its ``ENV`` that make
@@ -27,22 +28,19 @@ container is killed and started again (its files survive, its processes and
 from __future__ import annotations
 
 import contextlib
-import http.client
 import io
-import json
 import os
 import socket
 import tarfile
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from fidelity.errors import SandboxError, SetupFailedError, UsageError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
-from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
+from fidelity.sandboxes.base import Sandbox, track, untrack
 from fidelity.sandboxes.docker.archive import workdir_archive
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.containers import (
@@ -58,7 +56,6 @@ from fidelity.sandboxes.images import (
     ImageProfile,
     docker_client,
     ensure_image,
-    no_daemon,
     resolve_image,
 )
 from fidelity.sandboxes.shell import (
@@ -772,78 +769,3 @@ def _lookup(container: Any, table: str, name: str) -> tuple[int, int]:
             gid = fields[3] if len(fields) > 3 and fields[3].isdigit() else fields[2]
             return int(fields[2]), int(gid)
     raise ImageUnsuitableError(f"the image's USER names {name!r}, which its {table} lacks")
-
-
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
-"""Where the Docker SDK looks for the daemon when ``DOCKER_HOST`` is unset."""
-
-
-def _none_labelled(label: str) -> bool:
-    """Whether the local daemon lists no container, running or not, carrying *label*.
-
-    Asked over its Unix socket with the standard library: an audit of any domain sweeps
-    Docker's leftovers, and importing the SDK to learn that there are none cost an audit
-    0.4 s of CPU. A socket that does not exist, or that nobody listens on, means no daemon
-    runs (SandboxUnavailableError, as the SDK's client would say, told without it). False
-    whenever the answer cannot be told this way (``DOCKER_HOST`` names no Unix socket, any
-    other error, an answer that is not a list): the SDK then asks, and says why it cannot.
-    """
-    host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
-    if not host.startswith("unix://"):
-        return False
-    path = host.removeprefix("unix://")
-    query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": [label]})})
-    connection = _UnixConnection(path)
-    try:
-        connection.request("GET", f"/containers/json?{query}")
-        response = connection.getresponse()
-        listed = json.loads(response.read()) if response.status == 200 else None
-    except (FileNotFoundError, ConnectionRefusedError) as exc:
-        raise no_daemon(f"nothing listens on {path}: {exc.strerror}") from exc
-    except (OSError, http.client.HTTPException, ValueError):
-        return False  # a garbled answer, a socket we may not open: the SDK's error says why
-    finally:
-        connection.close()
-    return listed == []
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over a Unix socket (the Docker daemon's API)."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=30)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.socket_path)
-
-
-def sweep_stale(owner: int | None = None) -> int:
-    """Remove containers whose owning fidelity process (on this host) is dead; how many.
-
-    With *owner*, only that (dead) process's containers.
-    """
-    label = f"{LABEL_OWNER}={owner}" if owner is not None else LABEL_OWNER
-    # the common cases (none labelled; no daemon at all: raised) told without loading the SDK
-    if _none_labelled(label):
-        return 0
-    client = docker_client()
-    removed = 0
-    host = socket.gethostname()
-    # sparse: the list's own data, no inspect per container (a container another process is
-    # removing meanwhile would make that inspect fail with 404 and the whole sweep with it)
-    for container in client.containers.list(all=True, sparse=True, filters={"label": label}):
-        labels = container.attrs.get("Labels") or {}
-        if labels.get(LABEL_HOST) != host:
-            continue
-        try:
-            pid = int(labels.get(LABEL_OWNER, "-1"))
-        except ValueError:
-            pid = -1
-        if not dead_owner(pid, owner):
-            continue
-        _remove(container)
-        removed += 1
-    return removed
