@@ -36,7 +36,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fidelity.errors import SandboxError, SandboxUnavailableError, SetupFailedError
+from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
@@ -49,11 +49,16 @@ from fidelity.sandboxes.shell import (
     SANDBOX_ENVIRONMENT,
     SHELL_ARGV,
     TAMPERED,
-    Output,
     ProcessTransport,
     ShellSession,
     Step,
+    cut_short,
+    exited,
+    finished,
     quote,
+    run_setup,
+    typed,
+    typed_until_exit,
 )
 
 _ROOT_PREFIX = "fidelity-local-"
@@ -254,32 +259,13 @@ class LocalSandbox(Sandbox):
                 error = containment.STDIN_LEFT.format(pids=left)
             elif error is None and step.tampered:
                 error = TAMPERED
-            return Observation(
-                text=output.text(),
-                exit_code=status.exit_code,
-                cwd=status.cwd,
-                truncated=output.truncated,
-                error=error,
-            )
+            return finished(output, status, error)
         if why == "exited":
             code = self._reap()
             self._start_shell()
-            return Observation(
-                text=output.text(),
-                exit_code=code,
-                cwd=self._cwd,
-                truncated=output.truncated,
-                error=f"SandboxLimit: {limit}" if limit else None,
-            )
+            return exited(output, code, self._cwd, f"SandboxLimit: {limit}" if limit else None)
         self._restart_shell()
-        return Observation(
-            text=output.text(),
-            exit_code=None,
-            cwd=self._cwd,
-            timed_out=why == "timeout",
-            truncated=output.truncated,
-            error=None if why == "timeout" else f"SandboxLimit: {why}",
-        )
+        return cut_short(output, self._cwd, why)
 
     def _take_readings(self) -> None:
         """The counters a step's limits are judged against: OOM kills, refused forks, tasks, full areas."""
@@ -315,15 +301,17 @@ class LocalSandbox(Sandbox):
         self._idle = False  # whatever the keys start runs on past this step
         shell.send(action.keys.encode())
         self._partial_keys = not action.keys.endswith("\n") and bool(action.keys)
-        output = Output(self.config.max_output_bytes)
-        alive = shell.pump(output, time.monotonic() + action.duration, quiet=None) and shell.pump(
-            output, time.monotonic() + self.config.step_timeout, quiet=self.config.settle_s
+        output, alive = shell.read_keys(
+            self.config.max_output_bytes,
+            action.duration,
+            self.config.step_timeout,
+            self.config.settle_s,
         )
         if not alive or (self._proc is not None and self._proc.poll() is not None):
             code = self._reap()
             self._start_shell()
-            return Observation(text=output.text(), exit_code=code, truncated=output.truncated)
-        return Observation(text=output.text(), truncated=output.truncated)
+            return typed_until_exit(output, code)
+        return typed(output)
 
     # -- shell process ---------------------------------------------------------
 
@@ -505,10 +493,7 @@ class LocalSandbox(Sandbox):
                 containment.chown_tree(path, self._uid)
 
     def _run_setup(self, index: int, command: str) -> None:
-        line = f"bash {CONTROL}/setup-{index}.sh" if command.startswith("@") else command
-        observation = self._run_command(line, self.config.step_timeout)
-        if observation.exit_code != 0:  # no output in the error: it may echo a file's contents
-            raise SetupFailedError(index, command, observation.exit_code)
+        run_setup(self._run_command, index, command, self.config.step_timeout)
 
     def _restart_shell(self) -> None:
         self._kill_shell()

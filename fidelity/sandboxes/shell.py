@@ -26,6 +26,12 @@ The protocol (:class:`ShellSession`):
   it through ``/proc`` (:data:`TAMPERED`). The caller's deadline ends a
   command that runs too long, end of file one whose shell died, and a *watch*
   callback, called twice a second, one that ran into a limit.
+
+Both backends turn what came back into the step's :class:`~fidelity.model.Observation`
+with the same functions: :func:`finished` (the status arrived), :func:`exited` (the shell
+died), :func:`cut_short` (deadline or limit), :func:`typed` and :func:`typed_until_exit`
+(keystrokes, read by :meth:`ShellSession.read_keys`); :func:`run_setup` runs an
+environment's setup commands.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
+
+from fidelity.errors import SetupFailedError
+from fidelity.model import Observation
 
 STATUS_FD = 3
 MARK_FD = 4
@@ -401,6 +410,18 @@ class ShellSession:
                 last = time.monotonic()
         return True
 
+    def read_keys(
+        self, limit: int, duration: float, timeout: float, quiet: float
+    ) -> tuple[Output, bool]:
+        """What keystrokes just sent print (at most *limit* bytes kept): everything for
+        *duration* s, then until *quiet* s pass without output or *timeout* s have passed;
+        with False if the shell ended."""
+        output = Output(limit)
+        alive = self.pump(output, time.monotonic() + duration, quiet=None) and self.pump(
+            output, time.monotonic() + timeout, quiet=quiet
+        )
+        return output, alive
+
     def kill(self) -> None:
         """Stop the shell (see :meth:`Transport.kill`)."""
         self.transport.kill()
@@ -512,3 +533,65 @@ def ansi_c_quote(text: str) -> str:
 def quote(text: str) -> str:
     """Quote *text* as one single-quoted shell word."""
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+# -- steps as observations ----------------------------------------------------------------
+
+
+def finished(output: Output, status: Status, error: str | None) -> Observation:
+    """A command whose status record arrived: its output, exit code and cwd (*error*: a
+    limit it hit or a harness finding, such as :data:`TAMPERED`)."""
+    return Observation(
+        text=output.text(),
+        exit_code=status.exit_code,
+        cwd=status.cwd,
+        truncated=output.truncated,
+        error=error,
+    )
+
+
+def exited(output: Output, code: int | None, cwd: str, error: str | None) -> Observation:
+    """A command whose shell ended before its status came (``exit``, a kill): the shell's
+    exit code *code*, the last known *cwd*."""
+    return Observation(
+        text=output.text(),
+        exit_code=code,
+        cwd=cwd,
+        truncated=output.truncated,
+        error=error,
+    )
+
+
+def cut_short(output: Output, cwd: str, why: str) -> Observation:
+    """A command ended by the harness: at its deadline (*why* ``timeout``) or at a limit
+    (*why* its message, reported as ``SandboxLimit``)."""
+    return Observation(
+        text=output.text(),
+        exit_code=None,
+        cwd=cwd,
+        timed_out=why == "timeout",
+        truncated=output.truncated,
+        error=None if why == "timeout" else f"SandboxLimit: {why}",
+    )
+
+
+def typed(output: Output) -> Observation:
+    """What keystrokes printed while the shell read on."""
+    return Observation(text=output.text(), truncated=output.truncated)
+
+
+def typed_until_exit(output: Output, code: int | None) -> Observation:
+    """What keystrokes printed before the shell ended, and its exit code *code*."""
+    return Observation(text=output.text(), exit_code=code, truncated=output.truncated)
+
+
+def run_setup(
+    run: Callable[[str, float], Observation], index: int, command: str, timeout: float
+) -> None:
+    """Run the environment's setup command number *index* through *run* (the backend's
+    command runner): an ``@file`` command runs the script copied under :data:`CONTROL`.
+    :class:`~fidelity.errors.SetupFailedError` unless it exits 0."""
+    line = f"bash {CONTROL}/setup-{index}.sh" if command.startswith("@") else command
+    observation = run(line, timeout)
+    if observation.exit_code != 0:  # no output in the error: it may echo a file's contents
+        raise SetupFailedError(index, command, observation.exit_code)

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fidelity.errors import SandboxError, SetupFailedError, UsageError
+from fidelity.errors import SandboxError, UsageError
 from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, track, untrack
@@ -59,16 +59,20 @@ from fidelity.sandboxes.images import (
     resolve_image,
 )
 from fidelity.sandboxes.shell import (
-    CONTROL,
     MOUNT,
     SANDBOX_ENVIRONMENT,
     SHELL_ARGV,
     TAMPERED,
     DockerExecTransport,
-    Output,
     ShellSession,
     Step,
+    cut_short,
+    exited,
+    finished,
     quote,
+    run_setup,
+    typed,
+    typed_until_exit,
 )
 
 _TMUX = "tmux -L fidelity"
@@ -466,10 +470,7 @@ class DockerSandbox(Sandbox):
         self._start_container()
 
     def _run_setup(self, index: int, command: str) -> None:
-        line = f"bash {CONTROL}/setup-{index}.sh" if command.startswith("@") else command
-        observation = self._run_command(line, self.config.step_timeout)
-        if observation.exit_code != 0:  # no output in the error: it may echo a file's contents
-            raise SetupFailedError(index, command, observation.exit_code)
+        run_setup(self._run_command, index, command, self.config.step_timeout)
 
     # -- stepping ------------------------------------------------------------
 
@@ -535,35 +536,21 @@ class DockerSandbox(Sandbox):
                 error = containment.STDIN_LEFT.format(pids=left + self._stolen)
             elif step.tampered:
                 error = TAMPERED
-            return Observation(
-                text=output.text(),
-                exit_code=status.exit_code,
-                cwd=status.cwd,
-                truncated=output.truncated,
-                error=error,
-            )
+            return finished(output, status, error)
         if why == "exited":
             code = self._exit_code()
             self._restart()
-            return Observation(
-                text=output.text(),
-                exit_code=code,
-                cwd=self._cwd,
-                truncated=output.truncated,
-                error="SandboxLimit: memory limit reached (OOM kill)" if oom else None,
+            return exited(
+                output,
+                code,
+                self._cwd,
+                "SandboxLimit: memory limit reached (OOM kill)" if oom else None,
             )
         if why == "timeout":
             self._interrupt()
         else:
             self._restart()
-        return Observation(
-            text=output.text(),
-            exit_code=None,
-            cwd=self._cwd,
-            timed_out=why == "timeout",
-            truncated=output.truncated,
-            error=None if why == "timeout" else f"SandboxLimit: {why}",
-        )
+        return cut_short(output, self._cwd, why)
 
     def _send_keys(self, action: KeystrokesAction) -> Observation:
         shell = self._shell
@@ -571,15 +558,17 @@ class DockerSandbox(Sandbox):
             raise SandboxError("the sandbox was closed while a step ran")
         shell.send(action.keys.encode())
         self._partial_keys = not action.keys.endswith("\n") and bool(action.keys)
-        output = Output(self.config.max_output_bytes)
-        alive = shell.pump(output, time.monotonic() + action.duration, quiet=None) and shell.pump(
-            output, time.monotonic() + self.config.step_timeout, quiet=self.config.settle_s
+        output, alive = shell.read_keys(
+            self.config.max_output_bytes,
+            action.duration,
+            self.config.step_timeout,
+            self.config.settle_s,
         )
         if not alive:
             code = self._exit_code()
             self._restart()
-            return Observation(text=output.text(), exit_code=code, truncated=output.truncated)
-        return Observation(text=output.text(), truncated=output.truncated)
+            return typed_until_exit(output, code)
+        return typed(output)
 
     def _tmux_keys(self, action: KeystrokesAction) -> Observation:
         """tmux send-keys (key names such as ``C-c``, ``Enter`` or literal text), then settle.
