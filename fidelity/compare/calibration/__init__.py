@@ -46,10 +46,10 @@ FEATURES = (
     "order_gap",
 )
 """Feature names, in the order of :func:`features` (gaps are ``1 - similarity``); then the
-amount of difference (:func:`fidelity.compare.terminal.amount`: changed lines and characters
+amount of difference (:func:`fidelity.compare.textdiff.amount`: changed lines and characters
 as ``log1p``, the changed-line share as is), so one changed line among hundreds and a
 rewritten output need not get one probability; last, the share of the lines both sides hold
-once that are out of order (:func:`fidelity.compare.terminal.reordered`: a reordered but
+once that are out of order (:func:`fidelity.compare.textdiff.reordered`: a reordered but
 equal listing changes no line)."""
 
 WEB_FEATURES = (
