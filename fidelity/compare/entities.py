@@ -34,7 +34,7 @@ Extraction is one pass of one regex (:data:`_ENTITY_RE`; on ASCII text its
 compiled translation in ``_fastentities.c``, which the tests hold to the same
 entities) plus, for listing commands, one line-oriented regex. It is line-local: the entities of a text are the union of
 those of its lines (every substring guard is a sound prefilter), so callers may
-extract only the lines two texts do not share (``terminal.entity_diff``, the
+extract only the lines two texts do not share (``entitydiff.entity_diff``, the
 cross-turn consistency check).
 """
 
