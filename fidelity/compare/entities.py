@@ -23,7 +23,7 @@ forget. Kinds:
 ============  ==============================================================
 
 Comparators add two kinds for the lines two texts do not share
-(:func:`fidelity.compare.terminal.line_entities`): ``line`` (a whole added,
+(:func:`fidelity.compare.ranking.line_entities`): ``line`` (a whole added,
 changed or dropped line, stripped: ``line:ValueError: bad header``) and ``word``
 (a word of such a line that the other text lacks: ``word:header``); an
 identifier-like token there (``_meta_cache``, ``io.ascii``) is an ``ident``.
