@@ -23,7 +23,7 @@ from fidelity.sandboxes.base import Sandbox
 from fidelity.sandboxes.browser import BrowserConfig
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.desktop import DesktopConfig
-from fidelity.sandboxes.docker import DockerConfig
+from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.local import LocalConfig
 from fidelity.sandboxes.mcp import McpConfig
 from fidelity.sandboxes.registry import (

@@ -21,7 +21,8 @@ from typing import Any
 
 from fidelity.model import EnvSpec
 from fidelity.sandboxes.config import SandboxConfigBase
-from fidelity.sandboxes.docker import DockerConfig, DockerSandbox
+from fidelity.sandboxes.docker.config import DockerConfig
+from fidelity.sandboxes.docker.sandbox import DockerSandbox
 
 
 def new_sandbox(options: SandboxConfigBase | dict[str, Any]) -> DockerSandbox:

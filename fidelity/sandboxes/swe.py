@@ -36,7 +36,8 @@ from fidelity.compare.swe import diff_files, pass_fail_map
 from fidelity.errors import SandboxError
 from fidelity.model import Action, CommandAction, EnvSpec, Observation, ToolAction
 from fidelity.resources import data_dir
-from fidelity.sandboxes.docker import DockerSandbox, workdir_archive
+from fidelity.sandboxes.docker.archive import workdir_archive
+from fidelity.sandboxes.docker.sandbox import DockerSandbox
 from fidelity.sandboxes.shell import CONTROL, quote
 
 REPOS = "/repos"

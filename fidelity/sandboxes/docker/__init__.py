@@ -1,35 +1,40 @@
 """The Docker backend: one hardened container and one persistent bash per trajectory.
 
 The sandbox, its isolation and its protocol are described in
-:mod:`fidelity.sandboxes.docker.sandbox`. Every name other modules use is importable from
-here, and so are the internals that tests reach (``_pools``, ``_none_labelled``).
+:mod:`fidelity.sandboxes.docker.sandbox`; its config is :mod:`.config`, the warm pool
+:mod:`.warm`, the workdir archive :mod:`.archive`, the containers' labels
+:mod:`.containers` and the sweep of killed runs' containers :mod:`.sweep`. Every name other
+modules use is importable from here, loaded on first use: an audit that only sweeps (every
+audit does) or only reads the config loads no sandbox code.
 """
 
 from __future__ import annotations
 
-from fidelity.sandboxes.docker.archive import workdir_archive
-from fidelity.sandboxes.docker.config import DockerConfig
-from fidelity.sandboxes.docker.containers import LABEL_HOST, LABEL_OWNER, LABEL_RUN
-from fidelity.sandboxes.docker.sandbox import (
-    KEEPALIVE,
-    DockerSandbox,
-    ImageUnsuitableError,
-)
-from fidelity.sandboxes.docker.sweep import DEFAULT_SOCKET, sweep_stale
-from fidelity.sandboxes.docker.sweep import _none_labelled as _none_labelled
-from fidelity.sandboxes.docker.warm import _pools as _pools
-from fidelity.sandboxes.docker.warm import close_pools
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_SOCKET",
-    "KEEPALIVE",
-    "LABEL_HOST",
-    "LABEL_OWNER",
-    "LABEL_RUN",
-    "DockerConfig",
-    "DockerSandbox",
-    "ImageUnsuitableError",
-    "close_pools",
-    "sweep_stale",
-    "workdir_archive",
-]
+_HOMES = {
+    "workdir_archive": "archive",
+    "DockerConfig": "config",
+    "LABEL_HOST": "containers",
+    "LABEL_OWNER": "containers",
+    "LABEL_RUN": "containers",
+    "KEEPALIVE": "sandbox",
+    "DockerSandbox": "sandbox",
+    "ImageUnsuitableError": "sandbox",
+    "DEFAULT_SOCKET": "sweep",
+    "sweep_stale": "sweep",
+    "_none_labelled": "sweep",
+    "_pools": "warm",
+    "close_pools": "warm",
+}
+
+__all__ = [name for name in _HOMES if not name.startswith("_")]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the Docker backend, imported from its module on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'fidelity.sandboxes.docker' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"fidelity.sandboxes.docker.{home}"), name)
