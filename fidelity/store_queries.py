@@ -218,7 +218,7 @@ QUERIES: dict[str, str] = {
            ORDER BY c.domain, c.trajectory_id, c.depth, c.mode, c.sample""",
     # the world-model exports (fidelity.formats.wm_export): a run's trajectories, compared steps
     "wm_compared": """SELECT count(*) FROM comparisons WHERE run_id = ? AND NOT infra_failure""",
-    "wm_trajectories": """SELECT t.trajectory_id, t.domain, t.env FROM trajectories t
+    "wm_trajectories": """SELECT t.trajectory_id, t.domain, t.env, t.task FROM trajectories t
            WHERE t.run_id = ? AND t.trajectory_id IN (
                SELECT trajectory_id FROM comparisons WHERE run_id = ? AND NOT infra_failure)
            ORDER BY t.trajectory_id""",

@@ -161,11 +161,14 @@ def export_world_model(options: WmExportOptions) -> WmExportResult:
         prompts, run_hash = _prompts(run, options.prompts_dir)
         listed = [
             (tid, domain, env)
-            for tid, domain, env in queries.rows(store, "wm_trajectories", [run_id, run_id])
+            for tid, domain, env, _ in queries.rows(store, "wm_trajectories", [run_id, run_id])
             if options.domain is None or domain == options.domain.value
         ]
+        tasks = _stored_tasks(store, run_id)
+        missing = {tid for tid, _, _ in listed} - set(tasks)
         suite = options.suite if options.suite is not None else _recorded_suite(run["suite"])
-        tasks = _tasks(suite, {tid for tid, _, _ in listed}) if suite is not None else {}
+        if missing and suite is not None:  # rows stored before the store kept the task
+            tasks |= _tasks(suite, missing)
         writer = _Writer(options.output, options.kind, suffix == ".parquet")
         exported = _Exported(options, run_id, prompts)
         try:
@@ -243,6 +246,14 @@ class _Task(BaseModel):
     instruction: str | None
     system_prompt: str | None
     meta: dict[str, Any]
+
+
+def _stored_tasks(store: Store, run_id: str) -> dict[str, _Task]:
+    """The tasks the store kept with the run's trajectories (schema 7 on), by id."""
+    rows = queries.rows(store, "wm_trajectories", [run_id, run_id])
+    return {
+        str(tid): _Task.model_validate_json(task) for tid, _, _, task in rows if task is not None
+    }
 
 
 def _tasks(suite: Path, wanted: set[str]) -> dict[str, _Task]:

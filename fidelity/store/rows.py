@@ -161,6 +161,7 @@ class _Batch:
             real_seconds,
             sim_seconds,
             now,
+            _task_json(trajectory),
         )
         for cells, value in zip(columns.values(), values, strict=True):
             cells.append(value)
@@ -305,3 +306,22 @@ def _sorted_json(data: Any) -> str:
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+TASK_KEYS = ("agentworldbench", "task_instruction")
+"""``meta`` keys the world model's prompt reads (an imported AgentWorldBench record, the
+task instruction older files hold): kept with the trajectory's task."""
+
+
+def _task_json(trajectory: Trajectory) -> str | None:
+    """What the store keeps of a trajectory's task: its instruction, system prompt and the
+    meta the world model's prompt reads (None when it has none of them)."""
+    meta = {key: trajectory.meta[key] for key in TASK_KEYS if key in trajectory.meta}
+    if trajectory.instruction is None and trajectory.system_prompt is None and not meta:
+        return None
+    task = {
+        "instruction": trajectory.instruction,
+        "system_prompt": trajectory.system_prompt,
+        "meta": meta,
+    }
+    return _sorted_json(task)

@@ -230,6 +230,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS omission_count INTEGER",
         ),
     ),
+    Migration(
+        7,
+        "trajectories.task: the trajectory's instruction, system prompt and the meta the "
+        "world model's prompt reads (NULL on rows written before), so that an export "
+        "rebuilds the exact prompts without the suite",
+        ("ALTER TABLE trajectories ADD COLUMN IF NOT EXISTS task JSON",),
+    ),
 )
 """Every schema change since version 1, in order. Add a change as the next entry."""
 
@@ -243,7 +250,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "trajectories": (
         "run_id", "trajectory_id", "domain", "env", "n_steps", "status", "error",
-        "real_seconds", "sim_seconds", "finished_at",
+        "real_seconds", "sim_seconds", "finished_at", "task",
     ),
     "steps": (
         "run_id", "trajectory_id", "depth", "action_type", "action_name", "action",

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from typer.testing import CliRunner
 
@@ -240,12 +241,18 @@ def test_bad_input_is_one_line_and_writes_nothing(stored: Path, tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
-def test_instructions_come_from_the_suite_when_the_recorded_one_is_gone(
+def test_the_store_keeps_the_task_and_older_rows_fall_back_to_the_suite(
     stored: Path, tmp_path: Path
 ) -> None:
     moved = tmp_path / "elsewhere.jsonl"
     (tmp_path / "real.jsonl").rename(moved)
     out = tmp_path / "sft.jsonl"
+    kept = _export("wm-sft", "--db", str(stored), "-o", str(out))
+    assert kept.exit_code == 0 and kept.stderr == ""  # the suite is gone, the store has it
+    assert INSTRUCTION in _jsonl(out)[0]["messages"][1]["content"]
+    # rows written before the store kept the task (schema 7): the suite, when it is given
+    with duckdb.connect(str(stored)) as connection:
+        connection.execute("UPDATE trajectories SET task = NULL")
     lost = _export("wm-sft", "--db", str(stored), "-o", str(out))
     assert lost.exit_code == 0
     assert lost.stderr == (
