@@ -194,5 +194,5 @@ def _prepare(session: nox.Session, script: str) -> list[str]:
     replays = [f".nox/benchmarks/replays/os{n}.jsonl" for n in (1, 2)]
     for replay in replays:
         if not Path(replay).exists():
-            session.run("fidelity", "replay", "sandboxes/os/suite.jsonl", "-o", replay)
+            session.run("fidelity", "replay", "suites/os/suite.jsonl", "-o", replay)
     return replays

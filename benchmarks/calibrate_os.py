@@ -1,6 +1,6 @@
 """Calibrate the os comparator (OSWorld trees) on two real desktop replays plus labeled corruptions.
 
-    .nox/tests/bin/python -m fidelity replay sandboxes/os/suite.jsonl -o A.jsonl   # twice
+    .nox/tests/bin/python -m fidelity replay suites/os/suite.jsonl -o A.jsonl   # twice
     .nox/tests/bin/python benchmarks/calibrate_os.py A.jsonl B.jsonl [--write]
 
 Held out by source: each desktop application (mousepad, galculator, terminal)

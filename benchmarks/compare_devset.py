@@ -8,7 +8,7 @@ with its own files, commands and history), so no held-out trajectory, file
 name or output is a near-copy of training data.
 
 ``--domain web`` / ``--domain swe``: two real replays of
-``sandboxes/web/suite.jsonl`` (Chromium) or ``sandboxes/swe/suite.jsonl``
+``suites/web/suite.jsonl`` (Chromium) or ``suites/swe/suite.jsonl``
 (Docker); the held-out split is a whole site or project (``--heldout-project``,
 default datasette for web and idna for swe), trained on the others. Faithful
 pairs are the two replays as they ran, volatile pairs the second one with
@@ -58,9 +58,9 @@ class DevDomain:
 DOMAINS = {
     "terminal": DevDomain(Path(default_suite("terminal")), CORRUPTIONS, None, None),
     "web": DevDomain(
-        ROOT / "sandboxes/web/suite.jsonl", WEB_CORRUPTIONS, web_volatile, "datasette"
+        ROOT / "suites/web/suite.jsonl", WEB_CORRUPTIONS, web_volatile, "datasette"
     ),
-    "swe": DevDomain(ROOT / "sandboxes/swe/suite.jsonl", SWE_CORRUPTIONS, swe_volatile, "idna"),
+    "swe": DevDomain(ROOT / "suites/swe/suite.jsonl", SWE_CORRUPTIONS, swe_volatile, "idna"),
 }
 
 

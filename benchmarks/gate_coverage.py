@@ -2,7 +2,7 @@
 
 Thousands of simulated gates on clustered data, each on a fresh population of
 ``--population`` trajectories (3,600 by default) whose lengths are drawn from the
-bundled suites' step counts (every ``sandboxes/*/suite.jsonl``, read at run time).
+bundled suites' step counts (every ``suites/*/suite.jsonl``, read at run time).
 Each trajectory drifts with its own probability ``p_i ~ Beta`` (mean the row's rate,
 ``a + b = --concentration``: small values make drift cluster in few trajectories) and
 ``D_i ~ Binomial(L_i, p_i)`` of its steps drift; the truth is the population's own
@@ -84,7 +84,7 @@ class Outcome:
 def suite_lengths(name: str = "*") -> np.ndarray:
     """Step counts of every trajectory of the bundled suites (or of the one named)."""
     counts = []
-    for suite in sorted((ROOT / "sandboxes").glob(f"{name}/suite.jsonl")):
+    for suite in sorted((ROOT / "suites").glob(f"{name}/suite.jsonl")):
         for line in suite.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 counts.append(len(json.loads(line)["steps"]))

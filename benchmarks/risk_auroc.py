@@ -189,7 +189,7 @@ def replay_terminal_suite(cache: Path) -> Path:
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "fidelity", "replay", str(ROOT / "sandboxes/terminal/suite.jsonl"),
+            [sys.executable, "-m", "fidelity", "replay", str(ROOT / "suites/terminal/suite.jsonl"),
              "-o", str(path)],
             check=True,
         )  # fmt: skip

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITE = ROOT / "sandboxes" / "terminal" / "suite.jsonl"
+SUITE = ROOT / "suites" / "terminal" / "suite.jsonl"
 FIDELITY = [sys.executable, "-m", "fidelity"]
 DEPENDENCIES = [sys.executable, "-c", "import duckdb, typer, pydantic"]
 USED = [sys.executable, "-c", "import duckdb, typer, rich.console, rich.table"]

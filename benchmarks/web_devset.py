@@ -1,6 +1,6 @@
 """Web drift verdicts held out by site: real Chromium replays of every bundled site, leave one out.
 
-Replays ``sandboxes/web/suite.jsonl`` twice for real (Chromium against each
+Replays ``suites/web/suite.jsonl`` twice for real (Chromium against each
 site served on loopback: the Lantern library, the Valgrind and Python manuals,
 Datasette, the Django admin, sqlite-web), or reads two replays given with
 ``--replays`` or kept in ``--cache``. Pairs (see
@@ -170,7 +170,7 @@ def write(rows: Sequence[Row], args: argparse.Namespace, held_out_f1: float, sit
     )
     fit = {
         **calibration.fit,
-        "data": f"two real Chromium replays of sandboxes/web/suite.jsonl ({sites} sites)",
+        "data": f"two real Chromium replays of suites/web/suite.jsonl ({sites} sites)",
         "split": "leave one site out",
         "held_out_f1": round(held_out_f1, 4),
     }

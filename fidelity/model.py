@@ -544,7 +544,7 @@ class EnvSpec(Strict):
     project: OsText | None = Field(
         default=None,
         description="a named environment the backend prepares (an SWE repository, a web site): "
-        "sandboxes/<domain>/<project>/",
+        "suites/<domain>/<project>/",
     )
     sites: dict[Annotated[str, StringConstraints(pattern=SITE_NAME)], WebSite] | None = Field(
         default=None,

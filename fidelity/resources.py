@@ -1,4 +1,4 @@
-"""Find the data folders (``sandboxes/``, ``prompts/``, ``reports/``).
+"""Find the data folders (``suites/``, ``prompts/``, ``reports/``).
 
 From a checkout they are the top-level folders; from an installed wheel they
 ship as ``fidelity/_data/<name>`` (symlinks in the checkout, copies in a wheel).
@@ -14,7 +14,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """The bundled data folder *name* (``sandboxes``, ``prompts`` or ``reports``)."""
+    """The bundled data folder *name* (``suites``, ``prompts`` or ``reports``)."""
     for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
         if candidate.is_dir():
             return candidate
@@ -22,8 +22,8 @@ def data_dir(name: str) -> Path:
 
 
 def default_suite(domain: str) -> Path:
-    """The bundled action suite of *domain* (``sandboxes/<domain>/suite.jsonl``)."""
-    path = data_dir("sandboxes") / domain / "suite.jsonl"
+    """The bundled action suite of *domain* (``suites/<domain>/suite.jsonl``)."""
+    path = data_dir("suites") / domain / "suite.jsonl"
     if not path.is_file():
         raise NotFoundError(f"no bundled suite for domain {domain!r} (looked for {path})")
     return path

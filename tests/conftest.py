@@ -21,7 +21,7 @@ from fidelity.resources import data_dir
 from tests.worldmodels.wm_fake_server import FakeLLM, serving
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-TERMINAL = data_dir("sandboxes") / "terminal"
+TERMINAL = data_dir("suites") / "terminal"
 
 
 def unavailable(message: str) -> NoReturn:

@@ -26,7 +26,7 @@ from fidelity.store import Store
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-SWE = data_dir("sandboxes") / "swe"
+SWE = data_dir("suites") / "swe"
 
 # The labelled fixture: id -> (bundled trajectory, indices of the steps left out, the claimed
 # outcome, the label). Leaving out a trajectory's fixing edit leaves its planted bug in place.

@@ -175,7 +175,7 @@ def test_a_terminal_bench_folder_brings_its_instruction() -> None:
     from fidelity.resources import data_dir
     from fidelity.worldmodels.prompting import build_messages
 
-    tasks = data_dir("sandboxes") / "terminal" / "tasks"
+    tasks = data_dir("suites") / "terminal" / "tasks"
     yaml_file = tasks / "count-server-errors" / "task.yaml"
     instruction = yaml.safe_load(yaml_file.read_text(encoding="utf-8"))["instruction"]
     trajectories = load_suite(tasks / "suite.jsonl")

@@ -1,7 +1,7 @@
 """Corruptions and volatile variation of swe observations (tool output plus repository state).
 
 Used with :func:`devsets.calibration.devset.build_pairs` on two real
-Docker replays of ``sandboxes/swe/suite.jsonl``. A corruption changes the text
+Docker replays of ``suites/swe/suite.jsonl``. A corruption changes the text
 and, where the Docker sandbox would have recorded it, the structured state
 (``changed_files``, ``diff``, ``tests``) the same way, so both stay consistent.
 """

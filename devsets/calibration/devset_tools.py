@@ -1,7 +1,7 @@
 """Development sets and calibrations of the tool domains (``mcp``, ``search``).
 
-Pairs come from two real replays of ``sandboxes/mcp/suite.jsonl`` (real MCP
-servers) or ``sandboxes/search/suite.jsonl`` (the real engine) through
+Pairs come from two real replays of ``suites/mcp/suite.jsonl`` (real MCP
+servers) or ``suites/search/suite.jsonl`` (the real engine) through
 :func:`~devsets.calibration.devset.build_pairs`: faithful pairs are
 the replays as they ran, volatile pairs the second replay with its temp
 roots and datetimes varied (mcp), drifted pairs one seeded corruption each.

@@ -1,7 +1,7 @@
 """Corruptions and volatile variation of web observations (BrowserGym accessibility trees).
 
 Used with :func:`devsets.calibration.devset.build_pairs` on two real
-Chromium replays of ``sandboxes/web/suite.jsonl``. Observations are the
+Chromium replays of ``suites/web/suite.jsonl``. Observations are the
 header (``# url:``, ``# tab N:``) plus one node per line,
 ``[bid] role 'name', props``, indented by depth with tabs.
 """

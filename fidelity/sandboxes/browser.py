@@ -4,7 +4,7 @@ One sandbox owns one thread that owns its Playwright instance and Chromium
 (Playwright's sync API must stay on the thread that started it; the audit calls
 sandboxes from worker threads and Ctrl-C closes them from the main thread, so
 every call is a job handed to that thread). ``reset`` starts the trajectory's
-site (``env.project``: ``sandboxes/web/<project>/``) on an ephemeral port and a
+site (``env.project``: ``suites/web/<project>/``) on an ephemeral port and a
 fresh browser context (1280×720, en-US, UTC, a fixed clock); ``step`` runs one
 BrowserGym action (:mod:`fidelity.sandboxes.browser_actions`), waits until the
 page settles and returns the accessibility tree (:mod:`fidelity.sandboxes.browser_tree`).

@@ -3,7 +3,7 @@
 ``reset`` starts a session leader (:mod:`fidelity.sandboxes.desktop_session`)
 on Debian's ``/usr/bin/python3``, because the AT-SPI bindings exist only for
 the system interpreter. The leader owns Xvfb, a D-Bus session, the AT-SPI bus,
-openbox and the project's GTK3 applications (``sandboxes/os/<project>/``:
+openbox and the project's GTK3 applications (``suites/os/<project>/``:
 ``desktop.json`` lists them in the order they start, ``home/`` seeds a fresh
 home folder), with the clock zone and locale fixed. It dumps OSWorld's
 accessibility tree on request and kills everything when its stdin closes, so
@@ -172,7 +172,7 @@ class DesktopApp(BaseModel):
 
 
 class DesktopProject(BaseModel):
-    """``sandboxes/os/<project>/desktop.json``: what runs on the desktop."""
+    """``suites/os/<project>/desktop.json``: what runs on the desktop."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -226,7 +226,7 @@ class StepTiming(BaseModel):
 
 def project_dir(project: str) -> Path:
     """The folder of desktop project *project*; UsageError for an unknown name."""
-    root = data_dir("sandboxes") / "os"
+    root = data_dir("suites") / "os"
     folder = root / project
     if "/" in project or project.startswith(".") or not (folder / "desktop.json").is_file():
         known = sorted(p.parent.name for p in root.glob("*/desktop.json"))

@@ -1,9 +1,9 @@
 """Docker images without a registry: a debootstrap base, domain layers, tags by recipe hash.
 
 The base image is a Debian root filesystem made with ``debootstrap
---variant=minbase`` (packages from ``sandboxes/base/image/packages``), given
+--variant=minbase`` (packages from ``suites/base/image/packages``), given
 an unprivileged ``agent`` user (uid 1000) and imported with ``docker import``.
-Each domain layers its own ``sandboxes/<domain>/image/Dockerfile`` on it
+Each domain layers its own ``suites/<domain>/image/Dockerfile`` on it
 (``FROM`` the build argument ``BASE``). Tags carry the hash of the recipe
 files, so an image is rebuilt only when its recipe changes; the debootstrap
 tarball is cached under ``~/.cache/fidelity`` by the same hash.
@@ -64,12 +64,12 @@ def recipe_hash(folder: Path, extra: str = "") -> str:
 
 def base_recipe() -> Path:
     """The folder of the base recipe."""
-    return data_dir("sandboxes") / "base" / "image"
+    return data_dir("suites") / "base" / "image"
 
 
 def domain_recipe(domain: str) -> Path:
-    """The folder of *domain*'s image recipe (``sandboxes/<domain>/image``)."""
-    folder = data_dir("sandboxes") / domain / "image"
+    """The folder of *domain*'s image recipe (``suites/<domain>/image``)."""
+    folder = data_dir("suites") / domain / "image"
     if not (folder / "Dockerfile").is_file():
         raise NotFoundError(f"no Docker image recipe for domain {domain!r} (looked for {folder})")
     return folder
@@ -303,7 +303,7 @@ def build(domains: list[str], log: Log | None = None) -> dict[str, str]:
 
 def buildable_domains() -> list[str]:
     """Domains that have an image recipe."""
-    root = data_dir("sandboxes")
+    root = data_dir("suites")
     return sorted(p.parent.parent.name for p in root.glob("*/image/Dockerfile"))
 
 

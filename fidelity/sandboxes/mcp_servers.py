@@ -1,6 +1,6 @@
 """The bundled MCP servers: pinned recipes, their install cache, fresh state per trajectory.
 
-``sandboxes/mcp/servers.toml`` pins each server. ``build`` installs every
+``suites/mcp/servers.toml`` pins each server. ``build`` installs every
 Python server into its own virtual environment (the SQLite server needs
 ``mcp<2``, the others the current SDK) and the npm servers into one npm
 prefix, under ``~/.cache/fidelity/mcp/<hash of the recipe>/``: nothing is
@@ -46,8 +46,8 @@ _GIT_ENV = {
 
 
 def recipe_folder() -> Path:
-    """``sandboxes/mcp`` (the server pins and the fixtures)."""
-    return data_dir("sandboxes") / "mcp"
+    """``suites/mcp`` (the server pins and the fixtures)."""
+    return data_dir("suites") / "mcp"
 
 
 def recipes() -> dict[str, Any]:

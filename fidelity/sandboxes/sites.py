@@ -1,4 +1,4 @@
-"""The web suite's sites: described in ``sandboxes/web/<project>/site.json``, served on loopback.
+"""The web suite's sites: described in ``suites/web/<project>/site.json``, served on loopback.
 
 Five kinds: ``datasette`` (Datasette over a SQLite database generated here,
 seeded), ``static`` (a copy of documentation HTML from a Debian package, served
@@ -64,7 +64,7 @@ class SiteSpec(BaseModel):
 
 def project_dir(project: str) -> Path:
     """The folder of web project *project*; UsageError for an unknown name."""
-    root = data_dir("sandboxes") / "web"
+    root = data_dir("suites") / "web"
     folder = root / project
     if "/" in project or project.startswith(".") or not (folder / "site.json").is_file():
         known = sorted(p.parent.name for p in root.glob("*/site.json"))

@@ -1,6 +1,6 @@
 """SWE sandboxes: a Python repository at a pinned commit in a Docker container, and its tools.
 
-The ``swe`` image (``sandboxes/swe/image``) holds each project of its
+The ``swe`` image (``suites/swe/image``) holds each project of its
 ``sdists.toml`` as a git repository at ``/repos/<project>``, committed at a
 pinned hash and tagged ``fidelity-pin``. A trajectory names its project in
 ``env.project``; the shell starts in the repository, ``env.setup`` runs there
@@ -112,7 +112,7 @@ class SweSandbox(DockerSandbox):
     def _harness_files(self) -> dict[str, bytes]:
         if self._profile is None:
             return {}
-        return {_EDITOR: (data_dir("sandboxes") / "swe" / "image" / _EDITOR).read_bytes()}
+        return {_EDITOR: (data_dir("suites") / "swe" / "image" / _EDITOR).read_bytes()}
 
     def _clean(self) -> str:
         """Shell script: kill every process but init and the keepalive, restore every repo."""

@@ -27,7 +27,7 @@ from fidelity.sandboxes.pool import close_pools
 from fidelity.store import Store
 from tests.conftest import no_new_containers
 
-TASKS = data_dir("sandboxes") / "terminal" / "tasks"
+TASKS = data_dir("suites") / "terminal" / "tasks"
 SUITE = TASKS / "suite.jsonl"
 TASK = TASKS / "count-server-errors"
 LABELS = {  # the suite's claimed outcome against what its actions really do

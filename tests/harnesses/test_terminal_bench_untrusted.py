@@ -28,7 +28,7 @@ from fidelity.sandboxes.docker import DockerConfig
 from tests.conftest import no_new_containers
 from tests.loopback_registry import LoopbackRegistry, loopback_registry
 
-TASK = data_dir("sandboxes") / "terminal" / "tasks" / "count-server-errors"
+TASK = data_dir("suites") / "terminal" / "tasks" / "count-server-errors"
 DOCKERFILE = """\
 ARG BASE=fidelity-terminal
 FROM ${BASE}

@@ -239,7 +239,7 @@ def test_registry_and_android_suite(double: AdbDouble) -> None:
     assert backend_for("android", "adb") == "adb"
     with pytest.raises(UsageError, match="domain 'android' needs --sandbox adb"):
         backend_for("android", None)  # no default: the device is the user's
-    suite = load_suite(data_dir("sandboxes") / "android" / "suite.jsonl")
+    suite = load_suite(data_dir("suites") / "android" / "suite.jsonl")
     assert len(suite) >= 5 and all(t.env.backend == "adb" for t in suite)
     assert all(isinstance(s.action, AndroidAction) for t in suite for s in t.steps)
 
@@ -252,7 +252,7 @@ def test_audit_of_the_android_suite_over_the_protocol(double: AdbDouble, tmp_pat
     options = {"port": double.port, "serial": SERIAL, "start_server": False, "settle_interval": 0}
     result = run_audit(
         AuditConfig(
-            suite=data_dir("sandboxes") / "android" / "suite.jsonl",
+            suite=data_dir("suites") / "android" / "suite.jsonl",
             sandbox="adb",
             sandbox_options=options,
             db=tmp_path / "f.duckdb",

@@ -430,7 +430,7 @@ def test_libreoffice_calc_shows_only_the_showing_cells(desktop: None) -> None:
     require_binary("localc", "apt-get install libreoffice-calc libreoffice-gtk3")
     (trajectory,) = [
         t
-        for t in load_suite(data_dir("sandboxes") / "os" / "calc-suite.jsonl")
+        for t in load_suite(data_dir("suites") / "os" / "calc-suite.jsonl")
         if t.id == "os-calc-sum"
     ]
     box = DesktopSandbox(DesktopConfig(dump_timeout=300, settle_timeout=120))

@@ -22,7 +22,7 @@ from fidelity.store import Store
 
 pytestmark = pytest.mark.docker
 
-SWE = data_dir("sandboxes") / "swe"
+SWE = data_dir("suites") / "swe"
 REPO = "/repos/webcolors"
 NORM = f"{REPO}/src/webcolors/normalization.py"
 

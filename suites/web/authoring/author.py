@@ -1,6 +1,6 @@
-"""Author sandboxes/web/suite.jsonl: intents resolved to bids against the real sites.
+"""Author suites/web/suite.jsonl: intents resolved to bids against the real sites.
 
-Run from the repository root: PYTHONPATH=sandboxes/web/authoring .venv/bin/python sandboxes/web/authoring/author.py sandboxes/web/suite.jsonl
+Run from the repository root: PYTHONPATH=suites/web/authoring .venv/bin/python suites/web/authoring/author.py suites/web/suite.jsonl
 Only some trajectories (to append them): author.py OUT.jsonl ID-PREFIX...
 """
 import json, re, sys

@@ -1,4 +1,4 @@
-"""The bundled terminal suite and its fixture project (sandboxes/terminal)."""
+"""The bundled terminal suite and its fixture project (suites/terminal)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fidelity.model import CommandAction, Trajectory, command_name
 from tests.conftest import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
-TERMINAL = ROOT / "sandboxes" / "terminal"
+TERMINAL = ROOT / "suites" / "terminal"
 SUITE = TERMINAL / "suite.jsonl"
 FIXTURES = TERMINAL / "fixtures"
 PROJECT = FIXTURES / "project"
