@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-import fidelity
 from fidelity import pipeline
 from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT, RunSummary
 from fidelity.analysis.tallies import stored_run_evidence
@@ -37,6 +36,7 @@ from fidelity.store import DEFAULT_DB, RecordBuffer, ReplayedRecord, Store, Traj
 from fidelity.store_shards import ShardReceipt
 from fidelity.task import TrajectoryTask
 from fidelity.trust import DatasetTrust
+from fidelity.version import __version__
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import needs_real_corpus
 
@@ -557,7 +557,7 @@ def new_run_id() -> str:
 
 def code_version() -> str:
     """The package version, plus the git commit when run from a checkout."""
-    checkout = Path(fidelity.__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parent.parent
     if (checkout / ".git").exists():
         result = subprocess.run(
             ["git", "-C", str(checkout), "rev-parse", "--short=12", "HEAD"],
@@ -566,5 +566,5 @@ def code_version() -> str:
             check=False,
         )
         if result.returncode == 0:
-            return f"{fidelity.__version__}+g{result.stdout.strip()}"
-    return fidelity.__version__
+            return f"{__version__}+g{result.stdout.strip()}"
+    return __version__

@@ -20,11 +20,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from fidelity import __version__
 from fidelity.analysis.models import RunSummary
 from fidelity.errors import writing
 from fidelity.report import view
 from fidelity.resources import data_dir
+from fidelity.version import __version__
 
 TEMPLATE = "report.html.j2"
 STYLESHEET = "report.css"
