@@ -57,9 +57,7 @@ class DevDomain:
 
 DOMAINS = {
     "terminal": DevDomain(Path(default_suite("terminal")), CORRUPTIONS, None, None),
-    "web": DevDomain(
-        ROOT / "suites/web/suite.jsonl", WEB_CORRUPTIONS, web_volatile, "datasette"
-    ),
+    "web": DevDomain(ROOT / "suites/web/suite.jsonl", WEB_CORRUPTIONS, web_volatile, "datasette"),
     "swe": DevDomain(ROOT / "suites/swe/suite.jsonl", SWE_CORRUPTIONS, swe_volatile, "idna"),
 }
 

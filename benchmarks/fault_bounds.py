@@ -24,13 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fakes.trajectories import command_trajectory
+from fakes.world_model import MODEL, FakeLLM, FakeServer, Reply, make_handler
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.pipeline import SimConfig
 from fidelity.worldmodels.base import Mode
 from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel, RequestFailedError
-from tests.conftest import command_trajectory
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, FakeServer, Reply, make_handler
 
 DEADLINE = 2.0
 NAIVE_LIMIT = 20.0

@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import openai
 
+from fakes.trajectories import build_trajectory
+from fakes.world_model import MODEL, FakeLLM, FakeServer, Reply, make_handler
 from fidelity.batch import simulate_suite
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.model import Trajectory
@@ -45,8 +47,6 @@ from fidelity.pipeline import SimConfig
 from fidelity.worldmodels import openai_compat  # imported before any timing
 from fidelity.worldmodels.base import Mode
 from fidelity.worldmodels.prompting import build_messages
-from tests.worldmodels.conftest import build_trajectory
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, FakeServer, Reply, make_handler
 
 ROOT = Path(__file__).resolve().parent.parent
 # (seconds per answer, trajectories): 50 ms is a short answer from a small model; a
@@ -68,7 +68,7 @@ def fake_server(latency: float, fail_every: int = 0) -> Iterator[str]:
     if fail_every:
         argv = [__file__, "--serve", str(latency), "--fail-every", str(fail_every)]
     else:
-        argv = ["-m", "tests.worldmodels.wm_fake_server", "--latency", str(latency)]
+        argv = ["-m", "fakes.world_model", "--latency", str(latency)]
     process = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

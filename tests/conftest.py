@@ -16,9 +16,8 @@ from typing import NoReturn
 
 import pytest
 
-from fidelity.model import CommandAction, Step, Trajectory
+from fakes.world_model import FakeLLM, serving
 from fidelity.resources import data_dir
-from tests.worldmodels.wm_fake_server import FakeLLM, serving
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 TERMINAL = data_dir("suites") / "terminal"
@@ -118,21 +117,6 @@ def db_path(tmp_path: Path) -> Path:
 def fixture_project() -> Path:
     """The bundled terminal fixture project."""
     return TERMINAL / "fixtures" / "project"
-
-
-def command_trajectory(
-    trajectory_id: str, *commands: str, workdir: str | None = None
-) -> Trajectory:
-    """A terminal trajectory of command actions (no observations)."""
-    env = {"workdir": workdir} if workdir else {}
-    return Trajectory.model_validate(
-        {
-            "id": trajectory_id,
-            "domain": "terminal",
-            "env": env,
-            "steps": [Step(action=CommandAction(command=c)).model_dump() for c in commands],
-        }
-    )
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from fakes.trajectories import command_trajectory
+from fakes.world_model import FakeLLM, Reply
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.batch import replay_suite
 from fidelity.errors import (
@@ -22,8 +24,6 @@ from fidelity.model import CommandAction
 from fidelity.pipeline import SimConfig
 from fidelity.resources import default_suite
 from fidelity.worldmodels.base import Mode
-from tests.conftest import command_trajectory
-from tests.worldmodels.wm_fake_server import FakeLLM, Reply
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("bwrap")]
 

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from fakes.trajectories import command_trajectory
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.model import BrowserAction, Step
 from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
-from tests.conftest import audit_argv, command_trajectory
+from tests.conftest import audit_argv
 
 pytestmark = pytest.mark.slow
 WAIT_S = 60.0

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from fakes.trajectories import command_trajectory
+from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.model import Observation
-from tests.conftest import command_trajectory, unavailable
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
+from tests.conftest import unavailable
 
 runner = CliRunner()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.trajectories import command_trajectory
 from fidelity.compare import CompareConfig
 from fidelity.diffing import (
     DiffResult,
@@ -21,7 +22,6 @@ from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.model import Observation, Trajectory
 from fidelity.worldmodels.prompting import EVALUATED_TURN
-from tests.conftest import command_trajectory
 
 GOLDEN = Path(__file__).parent / "formats" / "data" / "diff_stream_golden.jsonl"
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fakes.trajectories import command_trajectory
 from fidelity.cli import app
 from fidelity.compare.base import StepComparison
 from fidelity.drift import cluster_z_test, cohens_h, compare_runs, holm
 from fidelity.errors import NotFoundError, UsageError
 from fidelity.model import Observation
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
-from tests.conftest import command_trajectory
 from tests.test_store import INFO
 
 

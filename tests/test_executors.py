@@ -16,6 +16,7 @@ import duckdb
 import pytest
 from pydantic import ValidationError
 
+from fakes.trajectories import command_trajectory
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import normalize
@@ -31,7 +32,7 @@ from fidelity.sandboxes.docker import DockerConfig
 from fidelity.sandboxes.local import LocalConfig
 from fidelity.task import TrajectoryTask
 from fidelity.worldmodels.config import BaselineConfig, EndpointConfig
-from tests.conftest import command_trajectory, require_binary, require_module
+from tests.conftest import require_binary, require_module
 
 COMPARED = (
     "SELECT trajectory_id, depth, mode, sample, domain, score, drift, infra_failure, exit_match, "

@@ -18,10 +18,10 @@ import pytest
 import zstandard
 from typer.testing import CliRunner, Result
 
+from fakes.trajectories import command_trajectory
 from fidelity.cli import app
 from fidelity.formats.jsonl import dump_line, write_trajectories
 from fidelity.model import CommandAction, Observation, Step, Trajectory
-from tests.conftest import command_trajectory
 
 SHARDS = 3
 PER_SHARD = 4

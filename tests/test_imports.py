@@ -31,9 +31,10 @@ from pathlib import Path
 import pytest
 
 import fidelity
+from fakes.trajectories import command_trajectory
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.store import Store
-from tests.conftest import TERMINAL, command_trajectory
+from tests.conftest import TERMINAL
 
 PACKAGE = Path(fidelity.__file__).resolve().parent
 ROOT = PACKAGE.parent

@@ -17,10 +17,11 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
+from fakes.trajectories import command_trajectory
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.store import ReplayedRecord, Store
-from tests.conftest import audit_argv, command_trajectory
+from tests.conftest import audit_argv
 from tests.test_chaos import kill_reaper, processes_with
 
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap, pytest.mark.usefixtures("bwrap")]

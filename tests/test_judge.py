@@ -15,6 +15,8 @@ import pytest
 from scipy.stats import spearmanr
 from typer.testing import CliRunner
 
+from fakes.trajectories import command_trajectory
+from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.cli import app
 from fidelity.compare.base import StepComparison
 from fidelity.executors import ExecutorConfig
@@ -24,9 +26,7 @@ from fidelity.judge.steps import normalized, overall_score, parse_scores, parse_
 from fidelity.model import Observation
 from fidelity.store import JudgmentRecord, Store, TimedObservation, TrajectoryRecord
 from tests import test_executors
-from tests.conftest import command_trajectory
 from tests.test_store import INFO
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
 
 ray_cluster = test_executors.ray_cluster  # the real two-raylet cluster (module fixture)
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from fakes.trajectories import command_trajectory
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.formats.rl_export import FORMATS, ExportOptions, RLWriter, join_parts, suffix
-from tests.conftest import command_trajectory, require_module
+from tests.conftest import require_module
 from tests.formats.test_rl_import import _fidelity, _trajectories
 
 UMASKS = (0o022, 0o027, 0o002)

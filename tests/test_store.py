@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from fakes.trajectories import command_trajectory
 from fidelity.compare.base import StepComparison
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError, exit_code_for
 from fidelity.model import Observation
@@ -28,7 +29,6 @@ from fidelity.store import (
     run_status,
 )
 from fidelity.store_shards import PARTIAL, merge_left_over, write_shard
-from tests.conftest import command_trajectory
 
 INFO = {
     "domain": "terminal",

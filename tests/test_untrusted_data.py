@@ -13,14 +13,14 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
+from fakes.trajectories import command_trajectory
+from fakes.world_model import FakeLLM, Reply
 from fidelity.cli import app
 from fidelity.errors import UsageError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.model import EnvSpec, Observation, Outcome, Trajectory, WebSite
 from fidelity.sandboxes.registry import trajectory_backend
 from fidelity.trust import REDACTED, host_commands, redact, scrubbed_environment
-from tests.conftest import command_trajectory
-from tests.worldmodels.wm_fake_server import FakeLLM, Reply
 
 runner = CliRunner()
 SECRET = "AKIAFIDELITYTESTSECRET0123456789"

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fakes.trajectories import command_trajectory
 from fidelity.analysis.cells import bootstrap_rate, trajectory_horizons
 from fidelity.analysis.summary import summarize
 from fidelity.compare.base import StepComparison
 from fidelity.model import Observation
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
-from tests.conftest import command_trajectory
 from tests.test_store import INFO
 
 

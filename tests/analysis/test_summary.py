@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.trajectories import command_trajectory
 from fidelity.analysis.models import DepthRow
 from fidelity.analysis.summary import summarize, trust_horizon
 from fidelity.compare.base import StepComparison
 from fidelity.model import Observation
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
-from tests.conftest import command_trajectory
 from tests.test_store import INFO
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.batch import simulate_suite
 from fidelity.cli import app
 from fidelity.diffing import diff_files
@@ -34,7 +35,6 @@ from fidelity.formats.jsonl import read_trajectories, split_lines
 from fidelity.model import AndroidAction, KeystrokesAction, ToolAction
 from fidelity.pipeline import SimConfig
 from fidelity.worldmodels.base import Mode
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
 
 DATA = Path(__file__).parent / "data" / "agentworldbench"
 OFFICIAL = Path(__file__).parent / "data" / "official_prompts"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from fakes.trajectories import command_trajectory
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.model import Observation
-from tests.conftest import command_trajectory
 
 GOOD = {
     "id": "t1",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from fakes.trajectories import command_trajectory
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import _parse_checked, parse_line
 from fidelity.model import Trajectory
-from tests.conftest import command_trajectory
 
 
 def _checked(line: str) -> Trajectory | str:

@@ -13,6 +13,7 @@ from urllib.request import urlopen
 
 import pytest
 
+from fakes.world_model import FakeLLM
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.compare.web import parse_tree, strip_bids
 from fidelity.errors import UsageError
@@ -23,7 +24,6 @@ from fidelity.sandboxes import get_sandbox
 from fidelity.sandboxes.browser import BrowserConfig, BrowserSandbox, _marked_processes, sweep_stale
 from tests.conftest import require_binary, require_module, unavailable
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
-from tests.worldmodels.wm_fake_server import FakeLLM
 
 LIBRARY = EnvSpec(backend="browser", project="library")
 pytestmark = pytest.mark.browser

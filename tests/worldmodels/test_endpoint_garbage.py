@@ -21,9 +21,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from fidelity.model import Observation, Trajectory
-from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
-from tests.worldmodels.wm_fake_server import (
+from fakes.world_model import (
     MODEL,
     FakeLLM,
     Reply,
@@ -31,6 +29,8 @@ from tests.worldmodels.wm_fake_server import (
     make_handler,
     serving,
 )
+from fidelity.model import Observation, Trajectory
+from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
 
 ROOT = Path(__file__).resolve().parents[2]
 _CHOICE = {"index": 0, "message": {"role": "assistant", "content": "ok"}}

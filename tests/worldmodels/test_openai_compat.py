@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.errors import EndpointUnreachableError, UsageError
 from fidelity.model import CommandAction, Observation, Trajectory
 from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel, RetryPolicy
 from fidelity.worldmodels.prompting import prompt_hash
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05}
 

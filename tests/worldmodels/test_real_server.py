@@ -121,8 +121,8 @@ def test_awb_import_simulate_export_against_a_real_server(
 def test_terminal_open_loop_with_samples_against_a_real_server(
     tiny_server: tuple[str, str], tmp_path: Path
 ) -> None:
+    from fakes.trajectories import build_trajectory
     from fidelity.formats.jsonl import write_trajectories
-    from tests.worldmodels.conftest import build_trajectory
 
     url, model = tiny_server
     suite = tmp_path / "suite.jsonl"

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from fakes.world_model import MODEL, FakeLLM, Reply, echo_prediction
 from fidelity.model import Observation, Trajectory
 from fidelity.worldmodels.openai_compat import EndpointHealth, OpenAICompatWorldModel, RetryPolicy
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply, echo_prediction
 
 
 def healthy(latency: float, samples: int = 20) -> EndpointHealth:

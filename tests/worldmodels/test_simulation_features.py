@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from fakes.trajectories import build_trajectory
+from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.batch import simulate_suite
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.model import Control, Observation, Step, Trajectory
 from fidelity.pipeline import SimConfig
 from fidelity.worldmodels.base import Mode
-from tests.worldmodels.conftest import build_trajectory
-from tests.worldmodels.wm_fake_server import MODEL, FakeLLM, Reply
 
 
 def _suite(tmp_path: Path, trajectories: list[Trajectory]) -> Path:
