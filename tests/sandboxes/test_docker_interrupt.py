@@ -14,7 +14,7 @@ from fakes.trajectories import command_trajectory
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.sandboxes.images import ensure_image
 from tests.conftest import audit_argv, labelled_containers
-from tests.test_chaos import kill_reaper
+from tests.system.test_chaos import kill_reaper
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 

@@ -25,7 +25,7 @@ from fidelity.sandboxes.images import base_tag, docker_client, ensure_base
 from tests.sandboxes.conformance import *  # noqa: F403 - the shared conformance suite
 from tests.sandboxes.conformance import EnvOf, run
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - the lifecycle half
-from tests.test_chaos import kill, leftovers_vanish, processes_with, start_audit, wait_until
+from tests.system.test_chaos import kill, leftovers_vanish, processes_with, start_audit, wait_until
 
 pytestmark = pytest.mark.docker
 

@@ -289,7 +289,7 @@ def _wait_until_gone(what: Callable[[], list[Any]]) -> list[Any]:
 def test_no_orphan_server_after_the_auditor_is_killed(servers: None, sig: signal.Signals) -> None:
     """The servers die with the auditor; its state folders go (finally, or the reaper)."""
     from fidelity.sandboxes.mcp import owned_processes
-    from tests.test_chaos import processes_with
+    from tests.system.test_chaos import processes_with
 
     proc = _start_holder()
     assert _states_of(proc.pid)
@@ -303,7 +303,7 @@ def test_no_orphan_server_after_the_auditor_is_killed(servers: None, sig: signal
 def test_sweep_removes_what_a_killed_auditor_and_its_reaper_left(servers: None) -> None:
     from fidelity.sandboxes import mcp_servers
     from fidelity.sandboxes.mcp import owned_processes, sweep
-    from tests.test_chaos import kill_reaper
+    from tests.system.test_chaos import kill_reaper
 
     proc = _start_holder()
     assert kill_reaper(proc.pid) == 1  # both die: a sweep is what is left

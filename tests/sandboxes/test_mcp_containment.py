@@ -24,7 +24,7 @@ import pytest
 from fidelity.model import EnvSpec, McpServer, ToolAction
 from tests.conftest import require_binary, require_module
 from tests.sandboxes.test_mcp import REPO, servers  # noqa: F401 - the bundled install fixture
-from tests.test_security import SECRET_NAMES, Planted, planted  # noqa: F401 - the secrets
+from tests.system.test_security import SECRET_NAMES, Planted, planted  # noqa: F401 - the secrets
 
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap]
 

@@ -33,7 +33,7 @@ HANG = 120
 """Seconds after which a run counts as hung: a run takes well under one."""
 JOBS = "4"
 """More workers than batches: the idle ones are ended right after their fork."""
-ANDROID_SCREENS = Path(__file__).parents[1] / "devsets" / "android" / "data" / "transitions.jsonl"
+ANDROID_SCREENS = Path(__file__).parents[2] / "devsets" / "android" / "data" / "transitions.jsonl"
 
 
 def _screens() -> list[str]:

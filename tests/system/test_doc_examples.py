@@ -29,7 +29,7 @@ from fidelity.env_defaults import load_env_defaults
 from fidelity.formats.jsonl import parse_line
 from fidelity.policy import load_policy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FRAGMENT = "<!-- fragment -->"
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)\s*$")
 LANGUAGES = {"toml", "json", "jsonl"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import require_module
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 MAX_README_LINES = 200

@@ -22,7 +22,7 @@ from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.store import ReplayedRecord, Store
 from tests.conftest import audit_argv
-from tests.test_chaos import kill_reaper, processes_with
+from tests.system.test_chaos import kill_reaper, processes_with
 
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap, pytest.mark.usefixtures("bwrap")]
 

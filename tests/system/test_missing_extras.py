@@ -14,7 +14,7 @@ import pytest
 
 from fidelity.errors import OPTIONAL_MODULES, exit_code_for, missing_extra
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 WITHOUT = """
 import sys
