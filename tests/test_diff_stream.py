@@ -202,7 +202,7 @@ def test_unstyled_json_output_is_what_rich_prints(capsys: pytest.CaptureFixture[
 
     from rich.console import Console
 
-    from fidelity import cli
+    from fidelity.cli.application import print_json
 
     data = {
         "rows": [
@@ -218,7 +218,7 @@ def test_unstyled_json_output_is_what_rich_prints(capsys: pytest.CaptureFixture[
     text = json.dumps(data)
     expected = io.StringIO()
     Console(file=expected, highlight=False, soft_wrap=True).print_json(text)
-    cli._print_json(text)
+    print_json(text)
     assert capsys.readouterr().out == expected.getvalue()
 
 

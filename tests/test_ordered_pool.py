@@ -99,10 +99,10 @@ HANG = 120
 
 SIGNALLED_WHILE_FORKING = """
 import os, signal, sys, time
-from fidelity.cli import _sigterm
+from fidelity.cli.application import sigterm
 from fidelity.ordered_pool import ordered_map
 
-signal.signal(signal.SIGTERM, _sigterm)  # as the CLI runs: its handler is inherited
+signal.signal(signal.SIGTERM, sigterm)  # as the CLI runs: its handler is inherited
 forks = 0
 
 def count() -> None:

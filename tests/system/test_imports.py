@@ -426,14 +426,14 @@ def test_the_report_writers_load_on_first_use(tmp_path: Path) -> None:
 
 def test_a_command_named_first_gets_a_group_of_that_command_alone() -> None:
     """``fidelity NAME …`` builds only NAME's Click parameters; help and unknown names get all."""
-    from fidelity.cli import _named_command
+    from fidelity.cli.application import named_command
 
     for name in ("runs", "sandbox"):
-        group = _named_command([name, "--help"])
+        group = named_command([name, "--help"])
         assert group is not None
         assert list(group.commands) == [name]
     for args in ([], ["--help"], ["runz"], ["--db", "x"]):
-        assert _named_command(args) is None
+        assert named_command(args) is None
 
 
 _ENTRY = "import sys; sys.argv[0] = 'fidelity'; from fidelity.cli import {0}; {0}()"

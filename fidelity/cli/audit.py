@@ -1,0 +1,313 @@
+"""``fidelity audit``, ``replay`` and ``simulate``: real sandboxes, the world model, or both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fidelity.cli.application import err, out
+from fidelity.cli.options import (
+    AllowRoot,
+    CompareConfigOption,
+    DbOption,
+    EnvDefaultsOption,
+    ExecutorOption,
+    ImageOption,
+    InstanceImagesOption,
+    InstancesOption,
+    JsonOption,
+    MaxTokens,
+    ModeOption,
+    NoSimCache,
+    PromptsDir,
+    PullOption,
+    PullRegistryOption,
+    RayAddressOption,
+    RayResultsDirOption,
+    RayResultsOption,
+    SamplesOption,
+    SamplingOption,
+    SandboxOption,
+    SerialOption,
+    SimBaseline,
+    SimCache,
+    SimConcurrency,
+    SimData,
+    SimModel,
+    SimTimeout,
+    SimUrl,
+    SiteOption,
+    SiteResetOption,
+    SwebenchNamespaceOption,
+    TopK,
+    TrustCommandsOption,
+    TurnsOption,
+    compare_settings,
+    endpoint_options,
+    executor_choice,
+    mode_choice,
+    modes,
+    ray_results_options,
+    serial_options,
+    sim_config,
+    world_options,
+)
+from fidelity.cli.progress import interrupt_hint, progress_bars
+from fidelity.cli.render import render_audit, render_batch
+
+
+def audit(
+    suite: Annotated[
+        Path | None, typer.Argument(help="Suite JSONL (default: the bundled suite of --domain).")
+    ] = None,
+    domain: Annotated[
+        str | None,
+        typer.Option(
+            "--domain", "-d", help="Domain to audit (default: the suite's, else terminal)."
+        ),
+    ] = None,
+    sandbox: SandboxOption = None,
+    serial: SerialOption = None,
+    sim_url: SimUrl = None,
+    sim_model: SimModel = None,
+    sim_data: SimData = None,
+    sim_baseline: SimBaseline = "retrieval",
+    sim_concurrency: SimConcurrency = 16,
+    sim_cache: SimCache = None,
+    no_sim_cache: NoSimCache = False,
+    max_tokens: MaxTokens = 32768,
+    top_k: TopK = 20,
+    prompts_dir: PromptsDir = None,
+    samples: SamplesOption = 1,
+    sim_timeout: SimTimeout = 300.0,
+    mode: ModeOption = "teacher-forced",
+    sampling: SamplingOption = "recommended",
+    db: DbOption = Path("fidelity.duckdb"),
+    allow_root: AllowRoot = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Resume this run (or name a new one).")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
+    ] = Path("report.html"),
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="Gate policy (TOML): exit 1 when it fails.")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Audit only the first N trajectories.")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", min=1, help="Concurrent sandboxes (default: cores)."),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds per real step.")
+    ] = 30.0,
+    observation_cap: Annotated[
+        int,
+        typer.Option(
+            "--observation-cap",
+            min=1,
+            help="Characters stored and printed per observation, real and sim alike; "
+            "the rest is cut (flagged truncated).",
+        ),
+    ] = 64 * 1024,
+    as_json: JsonOption = False,
+    compare_config: CompareConfigOption = None,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
+    ray_results: RayResultsOption = "driver",
+    ray_results_dir: RayResultsDirOption = None,
+    image: ImageOption = None,
+    site: SiteOption = None,
+    site_reset: SiteResetOption = None,
+    instances: InstancesOption = None,
+    swebench_namespace: SwebenchNamespaceOption = None,
+    instance_images: InstanceImagesOption = None,
+    env_defaults: EnvDefaultsOption = None,
+    trust_commands: TrustCommandsOption = False,
+    pull: PullOption = False,
+    pull_registry: PullRegistryOption = None,
+) -> None:
+    """Replay a suite for real and through the world model, compare, store, report."""
+    from fidelity.audit import AuditConfig, new_run_id, run_audit
+    from fidelity.pipeline import check_domain
+
+    run_id = run_id or new_run_id()
+    world = world_options(
+        suite,
+        env_defaults,
+        image,
+        site,
+        site_reset,
+        instances,
+        swebench_namespace,
+        instance_images,
+        trust_commands,
+        pull,
+        pull_registry,
+    )
+    config = AuditConfig(
+        domain=check_domain(domain, sandbox) if domain is not None else None,
+        suite=suite,
+        sandbox=sandbox,
+        sandbox_options={**serial_options(serial, sandbox), **world.options},
+        trust=world.trust,
+        step_timeout=timeout,
+        allowed_roots=allow_root or [],
+        sim=endpoint_options(
+            sim_config(sim_url, sim_model, sim_data, sim_baseline, sim_concurrency, sim_timeout),
+            db,
+            sim_cache,
+            no_sim_cache,
+            max_tokens,
+            top_k,
+            prompts_dir,
+            samples,
+            sampling,
+        ),
+        mode="both" if mode == "both" else mode_choice(mode),
+        db=db,
+        run_id=run_id,
+        report=report,
+        policy=policy,
+        limit=limit,
+        compare=compare_settings(compare_config),
+        observation_cap=observation_cap,
+        executor=executor_choice(executor, ray_address),
+        ray_address=ray_address,
+        **ray_results_options(executor, ray_results, ray_results_dir),
+        **({"concurrency": concurrency} if concurrency else {}),
+        image=world.image,
+    )
+    with (
+        interrupt_hint(f"resume with: fidelity audit --run-id {run_id} --db {db}"),
+        progress_bars(as_json) as progress,
+    ):
+        result = run_audit(config, progress)
+    if as_json:
+        out.print_json(result.model_dump_json())
+    else:
+        render_audit(result)
+    raise typer.Exit(_audit_exit_code(result))
+
+
+def _audit_exit_code(result: Any) -> int:
+    """The gate's exit code; without a gate, 3 (infrastructure) when steps were replayed but
+    none could be compared (every world-model answer or sandbox failed), said in one line."""
+    if result.verdict:
+        return int(result.verdict.exit_code)
+    totals = result.summary.totals
+    lost = totals.infra_failures > totals.unverifiable_steps
+    if totals.steps and totals.compared_steps == 0 and lost:
+        from fidelity.errors import EXIT_INFRASTRUCTURE
+
+        err.print(
+            f"error: nothing was compared: {totals.infra_failures} of {totals.steps} steps failed "
+            "(world model or sandbox); the run's failures are in the report and the database"
+        )
+        return EXIT_INFRASTRUCTURE
+    return 0
+
+
+def replay(
+    suite: Annotated[
+        Path, typer.Argument(help="Suite or dataset JSONL whose actions are replayed.")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the real trajectories.")
+    ],
+    sandbox: SandboxOption = None,
+    serial: SerialOption = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per step.")] = 30.0,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 2,
+    allow_root: AllowRoot = None,
+    as_json: JsonOption = False,
+    image: ImageOption = None,
+    site: SiteOption = None,
+    site_reset: SiteResetOption = None,
+    instances: InstancesOption = None,
+    swebench_namespace: SwebenchNamespaceOption = None,
+    instance_images: InstanceImagesOption = None,
+    env_defaults: EnvDefaultsOption = None,
+    trust_commands: TrustCommandsOption = False,
+    pull: PullOption = False,
+    pull_registry: PullRegistryOption = None,
+) -> None:
+    """Replay actions in real sandboxes only; write trajectories with real observations."""
+    from fidelity.batch import replay_suite
+
+    world = world_options(
+        suite,
+        env_defaults,
+        image,
+        site,
+        site_reset,
+        instances,
+        swebench_namespace,
+        instance_images,
+        trust_commands,
+        pull,
+        pull_registry,
+    )
+    options = {**serial_options(serial, sandbox), **world.options}
+    with progress_bars(as_json) as progress:
+        result = replay_suite(
+            suite,
+            output,
+            sandbox,
+            options,
+            timeout,
+            concurrency,
+            progress,
+            allow_root or [],
+            world.image,
+            world.trust,
+        )
+    render_batch(result, as_json, "replayed")
+
+
+def simulate(
+    suite: Annotated[
+        Path, typer.Argument(help="Suite JSONL (with real observations for teacher-forced).")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the simulated trajectories.")
+    ],
+    sim_url: SimUrl = None,
+    sim_model: SimModel = None,
+    sim_data: SimData = None,
+    sim_baseline: SimBaseline = "copy",
+    sim_concurrency: SimConcurrency = 16,
+    sim_cache: SimCache = None,
+    no_sim_cache: NoSimCache = False,
+    max_tokens: MaxTokens = 32768,
+    top_k: TopK = 20,
+    prompts_dir: PromptsDir = None,
+    samples: SamplesOption = 1,
+    sim_timeout: SimTimeout = 300.0,
+    mode: ModeOption = "open-loop",
+    sampling: SamplingOption = "recommended",
+    turns: TurnsOption = "all",
+    as_json: JsonOption = False,
+) -> None:
+    """Predict observations with the world model only; write simulated trajectories."""
+    from fidelity.batch import simulate_suite
+
+    sim = endpoint_options(
+        sim_config(sim_url, sim_model, sim_data, sim_baseline, sim_concurrency, sim_timeout),
+        output,
+        sim_cache,
+        no_sim_cache,
+        max_tokens,
+        top_k,
+        prompts_dir,
+        samples,
+        sampling,
+        turns,
+    )
+    with progress_bars(as_json) as progress:
+        result = simulate_suite(suite, output, sim, modes(mode), progress)
+    render_batch(result, as_json, "simulated")
