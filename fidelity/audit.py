@@ -22,6 +22,7 @@ from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT, RunSummary
 from fidelity.analysis.tallies import stored_run_evidence
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import TRUNCATE_AT
+from fidelity.defaults import DEFAULT_DB, STEP_TIMEOUT
 from fidelity.errors import Interrupted, StoreError, UsageError
 from fidelity.executors import ExecutorConfig, LocalExecutor, ShardSink, get_executor
 from fidelity.gate.limits import evaluate
@@ -32,7 +33,7 @@ from fidelity.resources import default_suite
 from fidelity.sandboxes import SandboxChooser, backend_for, sweep_all
 from fidelity.sandboxes.base import close_all
 from fidelity.sandboxes.config import SandboxConfigBase
-from fidelity.store import DEFAULT_DB, RecordBuffer, ReplayedRecord, Store, TrajectoryRecord
+from fidelity.store import RecordBuffer, ReplayedRecord, Store, TrajectoryRecord
 from fidelity.store_shards import ShardReceipt
 from fidelity.task import TrajectoryTask
 from fidelity.trust import DatasetTrust
@@ -61,7 +62,7 @@ class AuditConfig(BaseModel):
         default_factory=list,
         description="folders env.workdir/@setup may come from besides the suite's own",
     )
-    step_timeout: float = Field(default=30.0, gt=0)
+    step_timeout: float = Field(default=STEP_TIMEOUT, gt=0)
     sim: SimConfig = Field(default_factory=SimConfig)
     mode: Mode | Literal["both"] = Field(
         default=Mode.teacher_forced, description="both: teacher-forced and open-loop, stored apart"

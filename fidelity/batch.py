@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fidelity import pipeline
+from fidelity.defaults import SANDBOX_CONCURRENCY, STEP_TIMEOUT
 from fidelity.errors import UsageError
 from fidelity.executors import LocalExecutor
 from fidelity.formats.jsonl import write_trajectories
@@ -58,8 +59,8 @@ def replay_suite(
     output: str | os.PathLike[str],
     sandbox: str | None = None,
     sandbox_options: dict[str, Any] | None = None,
-    step_timeout: float = 30.0,
-    concurrency: int = 2,
+    step_timeout: float = STEP_TIMEOUT,
+    concurrency: int = SANDBOX_CONCURRENCY,
     progress: pipeline.ProgressCallback | None = None,
     allowed_roots: Sequence[str | os.PathLike[str]] = (),
     image: str | None = None,

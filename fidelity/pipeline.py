@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fidelity.compare import CompareConfig, Factory, comparator_factory
 from fidelity.compare.base import Comparator, CompareContext, StepComparison
 from fidelity.compare.consistency import check_consistency, entity_source
+from fidelity.defaults import SIM_CONCURRENCY
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
 from fidelity.formats import dataset
 from fidelity.model import Domain, EnvSpec, Observation, Step, Trajectory
@@ -40,7 +41,9 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     world_model: WorldModelConfig = Field(default_factory=BaselineConfig)
-    concurrency: int = Field(default=16, ge=1, description="predictions in flight at once")
+    concurrency: int = Field(
+        default=SIM_CONCURRENCY, ge=1, description="predictions in flight at once"
+    )
     turns: Literal["all", "evaluated"] = Field(
         default="all",
         description="all: predict every step; evaluated: only each sample's evaluated turn "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fidelity import store_queries as queries
+from fidelity.defaults import DEFAULT_DB
 from fidelity.errors import NotFoundError, UsageError
 from fidelity.model import Domain, Observation, Step, Trajectory
 from fidelity.risk.features import StepFeatures, sample_groups, step_features
@@ -159,7 +160,7 @@ def risk_model(db: str | Path | None = None, run: str | None = None) -> ChosenMo
         )
     from fidelity.store import Store
 
-    with Store(db or "fidelity.duckdb", read_only=True) as store:
+    with Store(db or DEFAULT_DB, read_only=True) as store:
         crossed = fit_on_run(store, run)
     fit = crossed.full.fitted
     folds = len(crossed.folds)

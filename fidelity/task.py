@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fidelity import pipeline
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import truncate
+from fidelity.defaults import SIM_CONCURRENCY
 from fidelity.judge.config import JudgeConfig
 from fidelity.model import Observation, Trajectory
 from fidelity.sandboxes import SandboxConfig
@@ -135,7 +136,7 @@ class TaskRunner:
     def __init__(
         self,
         threads: int,
-        sim_concurrency: int = 16,
+        sim_concurrency: int = SIM_CONCURRENCY,
         progress: Progress | None = None,
         on_judgment: JudgmentCallback | None = None,
     ) -> None:

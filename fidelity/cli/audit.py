@@ -56,6 +56,16 @@ from fidelity.cli.options import (
 )
 from fidelity.cli.progress import interrupt_hint, progress_bars
 from fidelity.cli.render import render_audit, render_batch
+from fidelity.defaults import (
+    DEFAULT_DB,
+    MAX_TOKENS,
+    OBSERVATION_CAP,
+    REQUEST_DEADLINE,
+    SANDBOX_CONCURRENCY,
+    SIM_CONCURRENCY,
+    STEP_TIMEOUT,
+    TOP_K,
+)
 
 
 def audit(
@@ -74,17 +84,17 @@ def audit(
     sim_model: SimModel = None,
     sim_data: SimData = None,
     sim_baseline: SimBaseline = "retrieval",
-    sim_concurrency: SimConcurrency = 16,
+    sim_concurrency: SimConcurrency = SIM_CONCURRENCY,
     sim_cache: SimCache = None,
     no_sim_cache: NoSimCache = False,
-    max_tokens: MaxTokens = 32768,
-    top_k: TopK = 20,
+    max_tokens: MaxTokens = MAX_TOKENS,
+    top_k: TopK = TOP_K,
     prompts_dir: PromptsDir = None,
     samples: SamplesOption = 1,
-    sim_timeout: SimTimeout = 300.0,
+    sim_timeout: SimTimeout = REQUEST_DEADLINE,
     mode: ModeOption = "teacher-forced",
     sampling: SamplingOption = "recommended",
-    db: DbOption = Path("fidelity.duckdb"),
+    db: DbOption = Path(DEFAULT_DB),
     allow_root: AllowRoot = None,
     run_id: Annotated[
         str | None, typer.Option("--run-id", help="Resume this run (or name a new one).")
@@ -104,7 +114,7 @@ def audit(
     ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds per real step.")
-    ] = 30.0,
+    ] = STEP_TIMEOUT,
     observation_cap: Annotated[
         int,
         typer.Option(
@@ -113,7 +123,7 @@ def audit(
             help="Characters stored and printed per observation, real and sim alike; "
             "the rest is cut (flagged truncated).",
         ),
-    ] = 64 * 1024,
+    ] = OBSERVATION_CAP,
     as_json: JsonOption = False,
     compare_config: CompareConfigOption = None,
     executor: ExecutorOption = "local",
@@ -221,8 +231,10 @@ def replay(
     ],
     sandbox: SandboxOption = None,
     serial: SerialOption = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per step.")] = 30.0,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 2,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds per step.")
+    ] = STEP_TIMEOUT,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = SANDBOX_CONCURRENCY,
     allow_root: AllowRoot = None,
     as_json: JsonOption = False,
     image: ImageOption = None,
@@ -280,14 +292,14 @@ def simulate(
     sim_model: SimModel = None,
     sim_data: SimData = None,
     sim_baseline: SimBaseline = "copy",
-    sim_concurrency: SimConcurrency = 16,
+    sim_concurrency: SimConcurrency = SIM_CONCURRENCY,
     sim_cache: SimCache = None,
     no_sim_cache: NoSimCache = False,
-    max_tokens: MaxTokens = 32768,
-    top_k: TopK = 20,
+    max_tokens: MaxTokens = MAX_TOKENS,
+    top_k: TopK = TOP_K,
     prompts_dir: PromptsDir = None,
     samples: SamplesOption = 1,
-    sim_timeout: SimTimeout = 300.0,
+    sim_timeout: SimTimeout = REQUEST_DEADLINE,
     mode: ModeOption = "open-loop",
     sampling: SamplingOption = "recommended",
     turns: TurnsOption = "all",

@@ -17,6 +17,7 @@ from fidelity.cli.options import (
     compare_settings,
 )
 from fidelity.cli.render import render_diff
+from fidelity.defaults import DEFAULT_DB
 
 
 def import_(
@@ -59,7 +60,7 @@ def export(
         typer.Argument(help="agentworldbench: the simulated JSONL (from fidelity simulate)."),
     ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write.")] = None,
-    db: DbOption = Path("fidelity.duckdb"),
+    db: DbOption = Path(DEFAULT_DB),
     run: Annotated[
         str | None, typer.Option("--run", help="wm-*: the stored run (default: the latest).")
     ] = None,

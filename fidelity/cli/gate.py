@@ -37,6 +37,7 @@ from fidelity.cli.options import (
 )
 from fidelity.cli.progress import GATE_PHASES, progress_bars
 from fidelity.cli.render import render_drift, render_manifest, render_verdict
+from fidelity.defaults import DEFAULT_DB, SANDBOX_CONCURRENCY, STEP_TIMEOUT
 
 
 def gate(
@@ -47,7 +48,7 @@ def gate(
     policy: Annotated[
         Path | None, typer.Option("--policy", help="Gate policy (TOML). Required.")
     ] = None,
-    db: DbOption = Path("fidelity.duckdb"),
+    db: DbOption = Path(DEFAULT_DB),
     run: Annotated[
         str | None,
         typer.Option(
@@ -90,8 +91,10 @@ def gate(
     ] = Path("gate-out"),
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample's draws.")] = 0,
     sandbox: SandboxOption = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per step.")] = 30.0,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 2,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds per step.")
+    ] = STEP_TIMEOUT,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = SANDBOX_CONCURRENCY,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write the verdict as JUnit XML here.")
     ] = None,
@@ -407,7 +410,7 @@ def _gate_dataset(
 def drift(
     baseline: Annotated[str, typer.Option("--baseline", help="Run id of the reference run.")],
     current: Annotated[str, typer.Option("--current", help="Run id of the run under test.")],
-    db: DbOption = Path("fidelity.duckdb"),
+    db: DbOption = Path(DEFAULT_DB),
     alpha: Annotated[
         float, typer.Option("--alpha", help="Significance level (Holm-adjusted).")
     ] = 0.05,
@@ -434,7 +437,7 @@ def drift(
 
 def risk(
     dataset: Annotated[Path, typer.Argument(help="Simulated dataset (JSONL, shards, Parquet).")],
-    db: DbOption = Path("fidelity.duckdb"),
+    db: DbOption = Path(DEFAULT_DB),
     run: Annotated[
         str | None,
         typer.Option(

@@ -18,6 +18,7 @@ from fidelity.cli.options import (
     executor_choice,
 )
 from fidelity.cli.progress import progress_bars
+from fidelity.defaults import DEFAULT_DB, JUDGE_CONCURRENCY, REQUEST_DEADLINE
 
 
 def judge(
@@ -25,16 +26,16 @@ def judge(
         str, typer.Option("--judge-url", help="OpenAI-compatible endpoint of the judge (…/v1).")
     ],
     judge_model: Annotated[str, typer.Option("--judge-model", help="Model name of the judge.")],
-    db: DbOption = Path("fidelity.duckdb"),
+    db: DbOption = Path(DEFAULT_DB),
     run: Annotated[str | None, typer.Option("--run", help="Run id (default: the latest).")] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="Judge at most N steps.")
     ] = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", min=1, help="Concurrent judge requests.")
-    ] = 8,
+    ] = JUDGE_CONCURRENCY,
     prompts_dir: PromptsDir = None,
-    sim_timeout: SimTimeout = 300.0,
+    sim_timeout: SimTimeout = REQUEST_DEADLINE,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
     as_json: JsonOption = False,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 import typer
 
 from fidelity.cli.application import err
+from fidelity.defaults import REQUEST_DEADLINE
 
 if TYPE_CHECKING:
     from fidelity.model import WebSite
@@ -287,7 +288,7 @@ def sim_config(
     data: Path | None,
     baseline: str,
     concurrency: int,
-    deadline: float = 300.0,
+    deadline: float = REQUEST_DEADLINE,
 ) -> Any:
     from pydantic import ValidationError
 

@@ -10,10 +10,11 @@ import typer
 
 from fidelity.cli.application import escape, out
 from fidelity.cli.options import DbOption, JsonOption
+from fidelity.defaults import DEFAULT_DB
 
 
 def report(
-    db: DbOption = Path("fidelity.duckdb"),
+    db: DbOption = Path(DEFAULT_DB),
     run: Annotated[str | None, typer.Option("--run", help="Run id (default: the latest).")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path(
         "report.html"
@@ -30,7 +31,7 @@ def report(
     out.print(f"wrote {path} (run {summary.run.run_id})")
 
 
-def runs(db: DbOption = Path("fidelity.duckdb"), as_json: JsonOption = False) -> None:
+def runs(db: DbOption = Path(DEFAULT_DB), as_json: JsonOption = False) -> None:
     """List stored runs, newest first; a run whose owner process died shows as ``dead``."""
     from rich.table import Table
 

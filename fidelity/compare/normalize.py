@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fidelity.compare.commands import runs_git, unordered_output
+from fidelity.defaults import OBSERVATION_CAP
 
 try:
     from fidelity.compare import _fastnorm
@@ -73,7 +74,7 @@ __all__ = [
     "unordered_output",
 ]
 
-TRUNCATE_AT = 64 * 1024
+TRUNCATE_AT = OBSERVATION_CAP
 """Characters kept from each side before comparing (the same cap on both)."""
 
 TRUNCATED = "<TRUNCATED>"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fidelity.defaults import SANDBOX_CONCURRENCY, SIM_CONCURRENCY
 from fidelity.executors.base import Executor, RecordCallback, ShardSink
 from fidelity.executors.local import LocalExecutor
 from fidelity.task import Progress
@@ -37,8 +38,12 @@ class ExecutorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["local", "ray"] = "local"
-    threads: int = Field(default=2, ge=1, description="local: concurrent sandboxes")
-    sim_concurrency: int = Field(default=16, ge=1, description="predictions in flight at once")
+    threads: int = Field(
+        default=SANDBOX_CONCURRENCY, ge=1, description="local: concurrent sandboxes"
+    )
+    sim_concurrency: int = Field(
+        default=SIM_CONCURRENCY, ge=1, description="predictions in flight at once"
+    )
     ray_address: str | None = Field(
         default=None, description="ray: the cluster to join (None: start a local one)"
     )

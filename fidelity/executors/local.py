@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from fidelity.defaults import SANDBOX_CONCURRENCY, SIM_CONCURRENCY
 from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback, ShardSink
 from fidelity.task import Progress, TaskRunner, TrajectoryTask, gather_or_cancel
 
@@ -17,7 +18,10 @@ class LocalExecutor(Executor):
     """Up to *threads* sandboxes and *sim_concurrency* predictions at once, in this process."""
 
     def __init__(
-        self, threads: int = 2, sim_concurrency: int = 16, progress: Progress | None = None
+        self,
+        threads: int = SANDBOX_CONCURRENCY,
+        sim_concurrency: int = SIM_CONCURRENCY,
+        progress: Progress | None = None,
     ) -> None:
         self.threads = threads
         self.sim_concurrency = sim_concurrency

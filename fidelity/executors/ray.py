@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fidelity.defaults import SIM_CONCURRENCY
 from fidelity.errors import UsageError
 from fidelity.executors.base import Executor, JudgmentCallback, RecordCallback, ShardSink
 from fidelity.task import Progress, TaskRunner, TrajectoryTask
@@ -56,7 +57,7 @@ class RayExecutor(Executor):
     def __init__(
         self,
         address: str | None = None,
-        sim_concurrency: int = 16,
+        sim_concurrency: int = SIM_CONCURRENCY,
         progress: Progress | None = None,
     ) -> None:
         self.address = address

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import TRUNCATE_AT
+from fidelity.defaults import DEFAULT_DB, SANDBOX_CONCURRENCY, STEP_TIMEOUT
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.executors import ExecutorConfig
 from fidelity.formats.rl_export import (
@@ -35,7 +36,7 @@ class GateOptions(BaseModel):
     dataset: Path
     policy_path: Path
     output_dir: Path
-    db: Path = Path("fidelity.duckdb")
+    db: Path = Path(DEFAULT_DB)
     run_id: str | None = None
     sample: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
         default=DEFAULT_SAMPLE,
@@ -57,8 +58,8 @@ class GateOptions(BaseModel):
     seed: int = 0
     cut_at_horizon: bool = False
     sandbox: str | None = None
-    step_timeout: float = Field(default=30.0, gt=0)
-    concurrency: int = Field(default=2, ge=1)
+    step_timeout: float = Field(default=STEP_TIMEOUT, gt=0)
+    concurrency: int = Field(default=SANDBOX_CONCURRENCY, ge=1)
     allowed_roots: list[Path] = Field(
         default_factory=list,
         description="folders env.workdir/@setup may come from besides the dataset's own",

@@ -11,6 +11,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fidelity.defaults import (
+    JUDGE_CONCURRENCY,
+    MAX_RETRIES,
+    MAX_TOKENS,
+    REQUEST_DEADLINE,
+    REQUEST_TIMEOUT,
+)
+
 
 class JudgeConfig(BaseModel):
     """Where the judge runs and what it sees."""
@@ -20,13 +28,15 @@ class JudgeConfig(BaseModel):
     url: str = Field(min_length=1, description="OpenAI-compatible base URL (…/v1)")
     model: str = Field(min_length=1)
     api_key: str = "EMPTY"
-    concurrency: int = Field(default=8, ge=1)
+    concurrency: int = Field(default=JUDGE_CONCURRENCY, ge=1)
     limit: int | None = Field(default=None, ge=1, description="judge at most this many steps")
-    timeout: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=4, ge=0)
-    deadline: float = Field(default=300.0, gt=0, description="seconds per request in all")
+    timeout: float = Field(default=REQUEST_TIMEOUT, gt=0)
+    max_retries: int = Field(default=MAX_RETRIES, ge=0)
+    deadline: float = Field(
+        default=REQUEST_DEADLINE, gt=0, description="seconds per request in all"
+    )
     backoff_base: float = Field(default=0.5, ge=0)
-    max_tokens: int = Field(default=32768, ge=1)
+    max_tokens: int = Field(default=MAX_TOKENS, ge=1)
     temperature: float = Field(default=0.6, ge=0, description="the reference judge's temperature")
     history_steps: int | None = Field(
         default=None,

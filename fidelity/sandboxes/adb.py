@@ -33,6 +33,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from fidelity.defaults import STEP_TIMEOUT
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import Action, AndroidAction, EnvSpec, Observation
 from fidelity.sandboxes.base import Sandbox, track, untrack
@@ -68,7 +69,7 @@ class AdbConfig(SandboxConfigBase):
     host: str = Field(default="127.0.0.1", description="the adb server's address (loopback)")
     port: int = Field(default=5037, ge=1, le=65535)
     start_server: bool = Field(default=True, description="run `adb start-server` when none answers")
-    step_timeout: float = Field(default=30.0, gt=0)
+    step_timeout: float = Field(default=STEP_TIMEOUT, gt=0)
     settle_interval: float = Field(default=0.5, ge=0)
     settle_timeout: float = Field(default=10.0, ge=0)
     wait_seconds: float = Field(default=1.0, ge=0, description="what the wait action sleeps")

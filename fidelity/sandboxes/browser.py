@@ -48,6 +48,7 @@ from urllib.parse import urljoin, urlsplit
 
 from pydantic import Field, StringConstraints
 
+from fidelity.defaults import STEP_TIMEOUT
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import SITE_NAME, Action, BrowserAction, EnvSpec, Observation, WebSite
 from fidelity.sandboxes.base import (
@@ -110,7 +111,9 @@ class BrowserConfig(SandboxConfigBase):
 
     type: Literal["browser"] = "browser"
     executable: str = "/usr/bin/chromium"
-    step_timeout: float = Field(default=30.0, gt=0, description="seconds per step, settle included")
+    step_timeout: float = Field(
+        default=STEP_TIMEOUT, gt=0, description="seconds per step, settle included"
+    )
     viewport_width: int = Field(default=1280, ge=200)
     viewport_height: int = Field(default=720, ge=200)
     locale: str = "en-US"

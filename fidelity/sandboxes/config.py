@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fidelity.defaults import STEP_TIMEOUT
 from fidelity.sandboxes.registry import backend
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class SandboxConfigBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: str
-    step_timeout: float = Field(default=30.0, gt=0, description="seconds per step")
+    step_timeout: float = Field(default=STEP_TIMEOUT, gt=0, description="seconds per step")
 
     def build(self) -> Sandbox:
         """An unstarted sandbox of this backend configured by this config."""

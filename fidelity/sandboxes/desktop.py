@@ -51,6 +51,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fidelity.defaults import STEP_TIMEOUT
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
 from fidelity.model import Action, CodeAction, EnvSpec, Observation
 from fidelity.resources import data_dir
@@ -198,7 +199,7 @@ class DesktopConfig(SandboxConfigBase):
     run_as: str | None = Field(
         default="nobody", description="when the audit runs as root, the desktop runs as this user"
     )
-    step_timeout: float = Field(default=30.0, gt=0, description="seconds per action run")
+    step_timeout: float = Field(default=STEP_TIMEOUT, gt=0, description="seconds per action run")
     start_timeout: float = Field(default=180.0, gt=0, description="seconds to start a desktop")
     dump_timeout: float = Field(default=60.0, gt=0, description="seconds per tree dump")
     settle_interval: float = Field(default=0.05, ge=0, description="seconds between tree reads")

@@ -7,7 +7,8 @@ name other modules use is importable from here, and so are the internals that te
 
 from __future__ import annotations
 
-from fidelity.store.core import DEFAULT_DB, Store, run_status, sql_string
+from fidelity.defaults import DEFAULT_DB
+from fidelity.store.core import Store, run_status, sql_string
 from fidelity.store.records import (
     JudgmentRecord,
     ReplayedRecord,

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from fidelity.defaults import DEFAULT_DB
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.processes import alive
 from fidelity.store.records import (
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
 
     from fidelity.model import Observation
     from fidelity.outcomes import RealOutcome
-
-DEFAULT_DB = "fidelity.duckdb"
 
 CHECKPOINT_THRESHOLD = "1MB"
 """Write-ahead log size at which a writer folds it into the database file. Small, so that a

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fidelity.defaults import MAX_RETRIES, MAX_TOKENS, REQUEST_DEADLINE, REQUEST_TIMEOUT, TOP_K
+
 if TYPE_CHECKING:
     from fidelity.model import Trajectory
     from fidelity.worldmodels.base import WorldModel
@@ -29,16 +31,20 @@ class EndpointConfig(BaseModel):
     api_key: str = Field(
         default_factory=lambda: os.environ.get("FIDELITY_SIM_API_KEY", "EMPTY"), repr=False
     )
-    timeout: float = Field(default=120.0, gt=0, description="seconds per request")
-    max_retries: int = Field(default=4, ge=0)
+    timeout: float = Field(default=REQUEST_TIMEOUT, gt=0, description="seconds per request")
+    max_retries: int = Field(default=MAX_RETRIES, ge=0)
     prompts_dir: Path | None = None
     cache: Path | None = Field(
         default=None, description="response cache (DuckDB file); None: no cache"
     )
-    max_tokens: int | None = Field(default=32768, ge=1)
-    top_k: int | None = Field(default=20, ge=1, description="None: not sent (APIs that reject it)")
+    max_tokens: int | None = Field(default=MAX_TOKENS, ge=1)
+    top_k: int | None = Field(
+        default=TOP_K, ge=1, description="None: not sent (APIs that reject it)"
+    )
     deadline: float = Field(
-        default=300.0, gt=0, description="seconds one request may take in all (--sim-timeout)"
+        default=REQUEST_DEADLINE,
+        gt=0,
+        description="seconds one request may take in all (--sim-timeout)",
     )
     sampling: Literal["recommended", "agentworldbench"] = Field(
         default="recommended",

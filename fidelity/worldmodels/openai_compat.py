@@ -30,6 +30,7 @@ from typing import Any
 
 import openai
 
+from fidelity.defaults import MAX_RETRIES, MAX_TOKENS, REQUEST_DEADLINE, TOP_K
 from fidelity.errors import (
     EndpointUnreachableError,
     MalformedPredictionError,
@@ -42,10 +43,6 @@ from fidelity.worldmodels.cache import BatchedLookup, ResponseCache, request_key
 from fidelity.worldmodels.prompting import AWB_META, build_messages, parse_prediction, prompt_set
 
 RETRY_STATUSES = frozenset({408, 409, 429})
-DEFAULT_DEADLINE = 300.0
-"""Seconds one request may take in all (attempts, backoff waits, a dripping answer)."""
-#: Qwen-AgentWorld's model card and the reference script: long reasoning comes first.
-DEFAULT_MAX_TOKENS = 32768
 #: ``recommended``: the model card's temperature/top_p/top_k; ``agentworldbench``: exactly
 #: what the reference script sends (temperature 0.6 and max_tokens, nothing else).
 SAMPLING_PRESETS = ("recommended", "agentworldbench")
@@ -67,7 +64,7 @@ class RetryPolicy:
     raises the wait to what the server asked, capped by ``backoff_max``.
     """
 
-    max_retries: int = 4
+    max_retries: int = MAX_RETRIES
     backoff_base: float = 0.5
     backoff_max: float = 30.0
     jitter: float = 0.5
@@ -229,16 +226,16 @@ class OpenAICompatWorldModel(WorldModel):
         model: str,
         api_key: str = "EMPTY",
         timeout: float = 60,
-        max_retries: int = 4,
+        max_retries: int = MAX_RETRIES,
         temperature: float | None = 0.6,
         top_p: float | None = 0.95,
-        top_k: int | None = 20,
-        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        top_k: int | None = TOP_K,
+        max_tokens: int | None = MAX_TOKENS,
         prompts_dir: Path | str | None = None,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         cache: ResponseCache | None = None,
-        deadline: float | None = DEFAULT_DEADLINE,
+        deadline: float | None = REQUEST_DEADLINE,
         sampling: str = "recommended",
         health: EndpointHealth | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -484,7 +481,7 @@ def _content(choice: _Choice) -> str | None:
     if choice.finish_reason == "length":
         raise TruncatedAnswerError(
             "the answer was cut by the length limit (finish_reason=length): raise --max-tokens "
-            "(the model card uses 32768)"
+            f"(the model card uses {MAX_TOKENS})"
         )
     return choice.content
 
