@@ -10,6 +10,9 @@ from __future__ import annotations
 DEFAULT_DB = "fidelity.duckdb"
 """The DuckDB file holding every run (``--db``; :class:`fidelity.store.Store`)."""
 
+DEFAULT_REPORT = "report.html"
+"""The HTML report ``fidelity audit`` and ``fidelity report`` write (``--report``, ``-o``)."""
+
 MAX_TOKENS = 32768
 """Tokens one world-model or judge answer may hold (``--max-tokens``): Qwen-AgentWorld's
 model card and the reference script's, as long reasoning comes first."""

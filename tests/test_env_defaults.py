@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fidelity.cli import app
-from fidelity.cli.options import world_options
+from fidelity.cli.bundles import WorldOptions
 from fidelity.env_defaults import DEFAULTS_FILE, load_env_defaults, unread_env_defaults
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
@@ -49,7 +49,7 @@ def test_a_file_beside_the_data_is_seen_but_read_only_when_named(tmp_path: Path)
         == unread_env_defaults(tmp_path / "data")
         == (tmp_path / "data" / DEFAULTS_FILE)
     )
-    unnamed = world_options(suite, None, None, None, None, None, None, None)
+    unnamed = WorldOptions().resolve(suite)
     assert unnamed.image is None and "sites" not in unnamed.options
     defaults = load_env_defaults(tmp_path / "data" / DEFAULTS_FILE)
     assert defaults.image == "acme/runtime:1" and defaults.instance_images == "swe-gym"
@@ -97,16 +97,9 @@ def test_sites_layer_variables_then_file_then_options(
         "[sites.reddit]\nurl = 'http://file-reddit.test:9999'\n"
         "[sites.wiki]\nurl = 'http://file-wiki.test:8888'\n"
     )
-    world = world_options(
-        tmp_path / "data.jsonl",
-        tmp_path / DEFAULTS_FILE,
-        None,
-        ["reddit=http://cli-reddit.test:9999"],
-        None,
-        None,
-        None,
-        None,
-    )
+    world = WorldOptions(
+        env_defaults=tmp_path / DEFAULTS_FILE, site=["reddit=http://cli-reddit.test:9999"]
+    ).resolve(tmp_path / "data.jsonl")
     options = world.options
     assert world.image is None
     assert world.trust.site_origins == {
@@ -123,7 +116,7 @@ def test_sites_layer_variables_then_file_then_options(
 
 
 def test_without_a_file_nothing_changes(tmp_path: Path) -> None:
-    world = world_options(tmp_path / "s.jsonl", None, None, None, None, None, None, None)
+    world = WorldOptions().resolve(tmp_path / "s.jsonl")
     assert world.image is None
     assert world.options == {"trust_commands": False, "pull": False, "pull_registries": []}
     assert not world.trust.commands

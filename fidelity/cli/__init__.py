@@ -11,7 +11,9 @@ Modules:
 - :mod:`~fidelity.cli.application`: the consoles (results on stdout; notes, errors and
   progress on stderr), the Click group mapping errors to one line and an exit code, the
   Typer app, which command lives where, ``main``;
-- :mod:`~fidelity.cli.options`: the options commands share, and their validators;
+- :mod:`~fidelity.cli.options`: the options commands share and how bundles of them become
+  parameters; :mod:`~fidelity.cli.bundles`: the bundles (world model, the user's world,
+  executor, Ray results) and their checks;
 - :mod:`~fidelity.cli.render` and :mod:`~fidelity.cli.progress`: what a command prints;
 - one module per command family: :mod:`~fidelity.cli.audit` (audit, replay, simulate:
   real sandboxes and the world model), :mod:`~fidelity.cli.data` (import, export, diff:

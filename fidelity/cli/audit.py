@@ -3,71 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fidelity.cli.application import err, out
+from fidelity.cli.bundles import ExecutorOptions, RayResultsOptions, SimOptions, WorldOptions
 from fidelity.cli.options import (
     AllowRoot,
     CompareConfigOption,
     DbOption,
-    EnvDefaultsOption,
-    ExecutorOption,
-    ImageOption,
-    InstanceImagesOption,
-    InstancesOption,
     JsonOption,
-    MaxTokens,
     ModeOption,
-    NoSimCache,
-    PromptsDir,
-    PullOption,
-    PullRegistryOption,
-    RayAddressOption,
-    RayResultsDirOption,
-    RayResultsOption,
-    SamplesOption,
-    SamplingOption,
     SandboxOption,
     SerialOption,
-    SimBaseline,
-    SimCache,
-    SimConcurrency,
-    SimData,
-    SimModel,
-    SimTimeout,
-    SimUrl,
-    SiteOption,
-    SiteResetOption,
-    SwebenchNamespaceOption,
-    TopK,
-    TrustCommandsOption,
     TurnsOption,
     compare_settings,
-    endpoint_options,
-    executor_choice,
+    expand_bundles,
     mode_choice,
     modes,
-    ray_results_options,
     serial_options,
-    sim_config,
-    world_options,
 )
 from fidelity.cli.progress import interrupt_hint, progress_bars
 from fidelity.cli.render import render_audit, render_batch
 from fidelity.defaults import (
     DEFAULT_DB,
-    MAX_TOKENS,
+    DEFAULT_REPORT,
     OBSERVATION_CAP,
-    REQUEST_DEADLINE,
     SANDBOX_CONCURRENCY,
-    SIM_CONCURRENCY,
     STEP_TIMEOUT,
-    TOP_K,
 )
 
+if TYPE_CHECKING:
+    from fidelity.audit import AuditResult
 
+
+@expand_bundles
 def audit(
     suite: Annotated[
         Path | None, typer.Argument(help="Suite JSONL (default: the bundled suite of --domain).")
@@ -80,20 +51,8 @@ def audit(
     ] = None,
     sandbox: SandboxOption = None,
     serial: SerialOption = None,
-    sim_url: SimUrl = None,
-    sim_model: SimModel = None,
-    sim_data: SimData = None,
-    sim_baseline: SimBaseline = "retrieval",
-    sim_concurrency: SimConcurrency = SIM_CONCURRENCY,
-    sim_cache: SimCache = None,
-    no_sim_cache: NoSimCache = False,
-    max_tokens: MaxTokens = MAX_TOKENS,
-    top_k: TopK = TOP_K,
-    prompts_dir: PromptsDir = None,
-    samples: SamplesOption = 1,
-    sim_timeout: SimTimeout = REQUEST_DEADLINE,
+    sim: SimOptions = SimOptions(),
     mode: ModeOption = "teacher-forced",
-    sampling: SamplingOption = "recommended",
     db: DbOption = Path(DEFAULT_DB),
     allow_root: AllowRoot = None,
     run_id: Annotated[
@@ -101,7 +60,7 @@ def audit(
     ] = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
-    ] = Path("report.html"),
+    ] = Path(DEFAULT_REPORT),
     policy: Annotated[
         Path | None, typer.Option("--policy", help="Gate policy (TOML): exit 1 when it fails.")
     ] = None,
@@ -126,58 +85,25 @@ def audit(
     ] = OBSERVATION_CAP,
     as_json: JsonOption = False,
     compare_config: CompareConfigOption = None,
-    executor: ExecutorOption = "local",
-    ray_address: RayAddressOption = None,
-    ray_results: RayResultsOption = "driver",
-    ray_results_dir: RayResultsDirOption = None,
-    image: ImageOption = None,
-    site: SiteOption = None,
-    site_reset: SiteResetOption = None,
-    instances: InstancesOption = None,
-    swebench_namespace: SwebenchNamespaceOption = None,
-    instance_images: InstanceImagesOption = None,
-    env_defaults: EnvDefaultsOption = None,
-    trust_commands: TrustCommandsOption = False,
-    pull: PullOption = False,
-    pull_registry: PullRegistryOption = None,
+    executor: ExecutorOptions = ExecutorOptions(),
+    ray: RayResultsOptions = RayResultsOptions(),
+    world: WorldOptions = WorldOptions(),
 ) -> None:
     """Replay a suite for real and through the world model, compare, store, report."""
     from fidelity.audit import AuditConfig, new_run_id, run_audit
     from fidelity.pipeline import check_domain
 
     run_id = run_id or new_run_id()
-    world = world_options(
-        suite,
-        env_defaults,
-        image,
-        site,
-        site_reset,
-        instances,
-        swebench_namespace,
-        instance_images,
-        trust_commands,
-        pull,
-        pull_registry,
-    )
+    resolved = world.resolve(suite)
     config = AuditConfig(
         domain=check_domain(domain, sandbox) if domain is not None else None,
         suite=suite,
         sandbox=sandbox,
-        sandbox_options={**serial_options(serial, sandbox), **world.options},
-        trust=world.trust,
+        sandbox_options={**serial_options(serial, sandbox), **resolved.options},
+        trust=resolved.trust,
         step_timeout=timeout,
         allowed_roots=allow_root or [],
-        sim=endpoint_options(
-            sim_config(sim_url, sim_model, sim_data, sim_baseline, sim_concurrency, sim_timeout),
-            db,
-            sim_cache,
-            no_sim_cache,
-            max_tokens,
-            top_k,
-            prompts_dir,
-            samples,
-            sampling,
-        ),
+        sim=sim.config(db),
         mode="both" if mode == "both" else mode_choice(mode),
         db=db,
         run_id=run_id,
@@ -186,11 +112,11 @@ def audit(
         limit=limit,
         compare=compare_settings(compare_config),
         observation_cap=observation_cap,
-        executor=executor_choice(executor, ray_address),
-        ray_address=ray_address,
-        **ray_results_options(executor, ray_results, ray_results_dir),
+        executor=executor.choice(),
+        ray_address=executor.ray_address,
+        **ray.settings(executor.kind),
         **({"concurrency": concurrency} if concurrency else {}),
-        image=world.image,
+        image=resolved.image,
     )
     with (
         interrupt_hint(f"resume with: fidelity audit --run-id {run_id} --db {db}"),
@@ -204,7 +130,7 @@ def audit(
     raise typer.Exit(_audit_exit_code(result))
 
 
-def _audit_exit_code(result: Any) -> int:
+def _audit_exit_code(result: AuditResult) -> int:
     """The gate's exit code; without a gate, 3 (infrastructure) when steps were replayed but
     none could be compared (every world-model answer or sandbox failed), said in one line."""
     if result.verdict:
@@ -222,6 +148,7 @@ def _audit_exit_code(result: Any) -> int:
     return 0
 
 
+@expand_bundles
 def replay(
     suite: Annotated[
         Path, typer.Argument(help="Suite or dataset JSONL whose actions are replayed.")
@@ -237,34 +164,13 @@ def replay(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = SANDBOX_CONCURRENCY,
     allow_root: AllowRoot = None,
     as_json: JsonOption = False,
-    image: ImageOption = None,
-    site: SiteOption = None,
-    site_reset: SiteResetOption = None,
-    instances: InstancesOption = None,
-    swebench_namespace: SwebenchNamespaceOption = None,
-    instance_images: InstanceImagesOption = None,
-    env_defaults: EnvDefaultsOption = None,
-    trust_commands: TrustCommandsOption = False,
-    pull: PullOption = False,
-    pull_registry: PullRegistryOption = None,
+    world: WorldOptions = WorldOptions(),
 ) -> None:
     """Replay actions in real sandboxes only; write trajectories with real observations."""
     from fidelity.batch import replay_suite
 
-    world = world_options(
-        suite,
-        env_defaults,
-        image,
-        site,
-        site_reset,
-        instances,
-        swebench_namespace,
-        instance_images,
-        trust_commands,
-        pull,
-        pull_registry,
-    )
-    options = {**serial_options(serial, sandbox), **world.options}
+    resolved = world.resolve(suite)
+    options = {**serial_options(serial, sandbox), **resolved.options}
     with progress_bars(as_json) as progress:
         result = replay_suite(
             suite,
@@ -275,12 +181,13 @@ def replay(
             concurrency,
             progress,
             allow_root or [],
-            world.image,
-            world.trust,
+            resolved.image,
+            resolved.trust,
         )
     render_batch(result, as_json, "replayed")
 
 
+@expand_bundles
 def simulate(
     suite: Annotated[
         Path, typer.Argument(help="Suite JSONL (with real observations for teacher-forced).")
@@ -288,38 +195,15 @@ def simulate(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Where to write the simulated trajectories.")
     ],
-    sim_url: SimUrl = None,
-    sim_model: SimModel = None,
-    sim_data: SimData = None,
-    sim_baseline: SimBaseline = "copy",
-    sim_concurrency: SimConcurrency = SIM_CONCURRENCY,
-    sim_cache: SimCache = None,
-    no_sim_cache: NoSimCache = False,
-    max_tokens: MaxTokens = MAX_TOKENS,
-    top_k: TopK = TOP_K,
-    prompts_dir: PromptsDir = None,
-    samples: SamplesOption = 1,
-    sim_timeout: SimTimeout = REQUEST_DEADLINE,
+    sim: SimOptions = SimOptions(baseline="copy"),
     mode: ModeOption = "open-loop",
-    sampling: SamplingOption = "recommended",
     turns: TurnsOption = "all",
     as_json: JsonOption = False,
 ) -> None:
     """Predict observations with the world model only; write simulated trajectories."""
     from fidelity.batch import simulate_suite
 
-    sim = endpoint_options(
-        sim_config(sim_url, sim_model, sim_data, sim_baseline, sim_concurrency, sim_timeout),
-        output,
-        sim_cache,
-        no_sim_cache,
-        max_tokens,
-        top_k,
-        prompts_dir,
-        samples,
-        sampling,
-        turns,
-    )
+    config = sim.config(output, turns)
     with progress_bars(as_json) as progress:
-        result = simulate_suite(suite, output, sim, modes(mode), progress)
+        result = simulate_suite(suite, output, config, modes(mode), progress)
     render_batch(result, as_json, "simulated")

@@ -3,43 +3,28 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from fidelity.cli.application import err, escape, out, print_json
+from fidelity.cli.bundles import ExecutorOptions, RayResultsOptions, WorldOptions
 from fidelity.cli.options import (
     AllowRoot,
     CompareConfigOption,
     DbOption,
-    EnvDefaultsOption,
-    ExecutorOption,
-    ImageOption,
-    InstanceImagesOption,
-    InstancesOption,
     JsonOption,
-    PullOption,
-    PullRegistryOption,
-    RayAddressOption,
-    RayResultsDirOption,
-    RayResultsOption,
     SandboxOption,
-    SiteOption,
-    SiteResetOption,
-    SwebenchNamespaceOption,
-    TrustCommandsOption,
     compare_settings,
-    executor_choice,
-    ray_results_options,
-    world_options,
+    expand_bundles,
 )
 from fidelity.cli.progress import GATE_PHASES, progress_bars
 from fidelity.cli.render import render_drift, render_manifest, render_verdict
 from fidelity.defaults import DEFAULT_DB, SANDBOX_CONCURRENCY, STEP_TIMEOUT
 
 
+@expand_bundles
 def gate(
     dataset: Annotated[
         Path | None,
@@ -101,8 +86,7 @@ def gate(
     allow_root: AllowRoot = None,
     as_json: JsonOption = False,
     compare_config: CompareConfigOption = None,
-    executor: ExecutorOption = "local",
-    ray_address: RayAddressOption = None,
+    executor: ExecutorOptions = ExecutorOptions(),
     layout: Annotated[
         str | None,
         typer.Option(
@@ -111,8 +95,7 @@ def gate(
             "of one file per input shard (no join on the driver).",
         ),
     ] = None,
-    ray_results: RayResultsOption = "driver",
-    ray_results_dir: RayResultsDirOption = None,
+    ray: RayResultsOptions = RayResultsOptions(),
     to: Annotated[
         list[str] | None,
         typer.Option(
@@ -146,16 +129,7 @@ def gate(
             "pre-tokenized input_ids and assistant_masks (untrusted turns masked).",
         ),
     ] = None,
-    image: ImageOption = None,
-    site: SiteOption = None,
-    site_reset: SiteResetOption = None,
-    instances: InstancesOption = None,
-    swebench_namespace: SwebenchNamespaceOption = None,
-    instance_images: InstanceImagesOption = None,
-    env_defaults: EnvDefaultsOption = None,
-    trust_commands: TrustCommandsOption = False,
-    pull: PullOption = False,
-    pull_registry: PullRegistryOption = None,
+    world: WorldOptions = WorldOptions(),
 ) -> None:
     """Decide whether a stored run or a simulated dataset passes a policy.
 
@@ -175,67 +149,42 @@ def gate(
             raise UsageError("--to needs a DATASET argument")
         if (prompt, data_source, sft_tokenizer) != (None, None, None):
             raise UsageError("--prompt, --data-source and --sft-tokenizer need a DATASET argument")
-        if image is not None:
-            raise UsageError("--image needs a DATASET argument")
-        if site or site_reset:
-            raise UsageError("--site and --site-reset need a DATASET argument")
-        if (instances, swebench_namespace, instance_images, env_defaults) != (None,) * 4:
-            raise UsageError(
-                "--instances, --swebench-namespace, --instance-images and --env-defaults need "
-                "a DATASET argument"
-            )
-        if trust_commands or pull or pull_registry:
-            raise UsageError(
-                "--trust-dataset-commands, --pull and --pull-registry need a DATASET argument"
-            )
+        world.refuse(needs="a DATASET argument")
         verdict = _gate_run(db, run, rules)
         payload = verdict.model_dump_json()
     else:
-        world = world_options(
-            dataset,
-            env_defaults,
-            image,
-            site,
-            site_reset,
-            instances,
-            swebench_namespace,
-            instance_images,
-            trust_commands,
-            pull,
-            pull_registry,
+        from fidelity.gate.dataset import gate_dataset
+        from fidelity.gate.options import GateOptions
+
+        resolved = world.resolve(dataset)
+        options = GateOptions(
+            dataset=dataset,
+            policy_path=policy,
+            output_dir=output_dir,
+            db=db,
+            run_id=run,
+            sample=_sample(sample, replay_all, max_replays),
+            seed=seed,
+            cut_at_horizon=cut_at_horizon,
+            sandbox=sandbox,
+            step_timeout=timeout,
+            concurrency=concurrency,
+            allowed_roots=allow_root or [],
+            compare=compare_settings(compare_config),
+            executor=executor.choice(),
+            ray_address=executor.ray_address,
+            layout=_layout(layout),
+            to=_rl_formats(to or []),
+            export=_export_settings(to or [], prompt, data_source, sft_tokenizer),
+            image=resolved.image,
+            sandbox_options=resolved.options,
+            trust=resolved.trust,
+            **({"max_replays": max_replays} if max_replays is not None else {}),
+            max_risk=max_risk,
+            **ray.settings(executor.kind),
         )
         with progress_bars(as_json, GATE_PHASES) as progress:
-            manifest = _gate_dataset(
-                dataset,
-                policy,
-                rules,
-                db,
-                run,
-                _sample(sample, replay_all, max_replays),
-                replay_all,
-                cut_at_horizon,
-                output_dir,
-                seed,
-                sandbox,
-                timeout,
-                concurrency,
-                allow_root or [],
-                {
-                    "compare": compare_settings(compare_config),
-                    "executor": executor_choice(executor, ray_address),
-                    "ray_address": ray_address,
-                    "layout": _layout(layout),
-                    "to": _rl_formats(to or []),
-                    "export": _export_settings(to or [], prompt, data_source, sft_tokenizer),
-                    "image": world.image,
-                    "sandbox_options": world.options,
-                    "trust": world.trust,
-                    **({"max_replays": max_replays} if max_replays is not None else {}),
-                    "max_risk": max_risk,
-                    **ray_results_options(executor, ray_results, ray_results_dir),
-                },
-                progress,
-            )
+            manifest = gate_dataset(options, rules, progress, getattr(progress, "bounds", None))
         verdict = manifest.verdict
         err.print(_claim_line(manifest))
         payload = manifest.model_dump_json(exclude={"decisions"})
@@ -366,45 +315,6 @@ def _gate_run(db: Path, run: str | None, rules: Any) -> Any:
         )
         evidence = stored_run_evidence(store, run_id, summary.totals.mode)
     return evaluate(summary, rules, evidence)
-
-
-def _gate_dataset(
-    dataset: Path,
-    policy: Path,
-    rules: Any,
-    db: Path,
-    run: str | None,
-    sample: int | str | None,
-    replay_all: bool,
-    cut_at_horizon: bool,
-    output_dir: Path,
-    seed: int,
-    sandbox: str | None,
-    timeout: float,
-    concurrency: int,
-    allow_root: list[Path],
-    extra: dict[str, Any] | None = None,
-    progress: Callable[[str, int], None] | None = None,
-) -> Any:
-    from fidelity.gate.dataset import gate_dataset
-    from fidelity.gate.options import GateOptions
-
-    options = GateOptions(
-        dataset=dataset,
-        policy_path=policy,
-        output_dir=output_dir,
-        db=db,
-        run_id=run,
-        sample=sample,
-        seed=seed,
-        cut_at_horizon=cut_at_horizon,
-        sandbox=sandbox,
-        step_timeout=timeout,
-        concurrency=concurrency,
-        allowed_roots=allow_root,
-        **(extra or {}),
-    )
-    return gate_dataset(options, rules, progress, getattr(progress, "bounds", None))
 
 
 def drift(

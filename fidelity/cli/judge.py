@@ -8,19 +8,13 @@ from typing import Annotated
 import typer
 
 from fidelity.cli.application import out
-from fidelity.cli.options import (
-    DbOption,
-    ExecutorOption,
-    JsonOption,
-    PromptsDir,
-    RayAddressOption,
-    SimTimeout,
-    executor_choice,
-)
+from fidelity.cli.bundles import ExecutorOptions
+from fidelity.cli.options import DbOption, JsonOption, PromptsDir, SimTimeout, expand_bundles
 from fidelity.cli.progress import progress_bars
 from fidelity.defaults import DEFAULT_DB, JUDGE_CONCURRENCY, REQUEST_DEADLINE
 
 
+@expand_bundles
 def judge(
     judge_url: Annotated[
         str, typer.Option("--judge-url", help="OpenAI-compatible endpoint of the judge (…/v1).")
@@ -36,8 +30,7 @@ def judge(
     ] = JUDGE_CONCURRENCY,
     prompts_dir: PromptsDir = None,
     sim_timeout: SimTimeout = REQUEST_DEADLINE,
-    executor: ExecutorOption = "local",
-    ray_address: RayAddressOption = None,
+    executor: ExecutorOptions = ExecutorOptions(),
     as_json: JsonOption = False,
 ) -> None:
     """Score a stored run's steps with an LLM judge (AgentWorldBench's five dimensions)."""
@@ -55,10 +48,10 @@ def judge(
         deadline=sim_timeout,
     )
     where = ExecutorConfig(
-        type=executor_choice(executor, ray_address),
+        type=executor.choice(),
         threads=1,
         sim_concurrency=concurrency,
-        ray_address=ray_address,
+        ray_address=executor.ray_address,
     )
     with progress_bars(as_json, {"judge": "judged"}) as progress:
         result = judge_run(db, run, config, progress, where)

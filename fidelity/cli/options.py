@@ -1,22 +1,30 @@
-"""The options commands share, and their validators.
+"""The options commands share: each declared once, and the bundles they travel in.
 
-An option used by several commands is declared once here (its flag, help and panel);
-the checks that turn raw option values into the library's configs live beside them.
+A single option used by several commands is an ``Annotated`` alias here (its flag, help
+and panel), as sqlite-utils' option decorators are. Options that always travel together
+(the world model's, the user's world, the executor's) are an :class:`OptionBundle` (see
+:mod:`fidelity.cli.bundles`): a frozen dataclass whose fields are options, and whose
+methods check them and build the library's config, as inspect_ai's ``_cli/common.py``
+does. A command declares a bundle as one parameter whose default is an instance (the
+command's defaults); :func:`expand_bundles` hands Typer the fields as options in that
+place and the command the filled instance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from fidelity.cli.application import err
-from fidelity.defaults import REQUEST_DEADLINE
-
 if TYPE_CHECKING:
-    from fidelity.model import WebSite
+    from fidelity.compare.config import CompareConfig
+    from fidelity.worldmodels.base import Mode
 
 DbOption = Annotated[Path, typer.Option("--db", help="DuckDB file holding every run.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -282,92 +290,61 @@ ModeOption = Annotated[
 ]
 
 
-def sim_config(
-    url: str | None,
-    model: str | None,
-    data: Path | None,
-    baseline: str,
-    concurrency: int,
-    deadline: float = REQUEST_DEADLINE,
-) -> Any:
-    from pydantic import ValidationError
-
-    from fidelity.errors import UsageError
-    from fidelity.pipeline import SimConfig, world_model_from_flags
-
-    try:
-        return SimConfig(
-            world_model=world_model_from_flags(url, model, data, baseline, deadline=deadline),
-            concurrency=concurrency,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise UsageError(f"--sim-{first['loc'][-1]}: {first['msg']}") from None
+class OptionBundle:
+    """Options that travel together: subclasses are frozen dataclasses whose fields are
+    options (annotated with the aliases above) with the bundle's defaults."""
 
 
-def endpoint_options(
-    sim: Any,
-    near: Path,
-    cache: Path | None,
-    no_cache: bool,
-    max_tokens: int,
-    top_k: int,
-    prompts_dir: Path | None,
-    samples: int = 1,
-    sampling: str = "recommended",
-    turns: str = "all",
-) -> Any:
-    """*sim* with the endpoint options set; the cache defaults to a file next to *near*."""
-    from fidelity.errors import UsageError
-    from fidelity.worldmodels.cache import DEFAULT_CACHE
+_F = TypeVar("_F", bound=Callable[..., Any])
+_SEPARATOR = "__"
 
-    if sampling not in ("recommended", "agentworldbench"):
-        raise UsageError(f"--sampling {sampling!r}: choose recommended or agentworldbench")
-    if turns not in ("all", "evaluated"):
-        raise UsageError(f"--turns {turns!r}: choose all or evaluated")
-    if prompts_dir is not None and not prompts_dir.is_dir():
-        raise UsageError(f"--prompts-dir {prompts_dir}: no such directory")
-    if cache is not None and no_cache:
-        raise UsageError("--sim-cache and --no-sim-cache are exclusive")
-    world_model = sim.world_model
-    if sim.kind == "endpoint":
-        world_model = world_model.model_copy(
-            update={
-                "cache": None if no_cache else cache or near.resolve().parent / DEFAULT_CACHE,
-                "max_tokens": max_tokens,
-                "top_k": top_k or None,
-                "prompts_dir": prompts_dir,
-                "sampling": sampling,
+
+def expand_bundles(command: _F) -> _F:
+    """*command* as Typer should see it: each parameter whose default is an
+    :class:`OptionBundle` becomes the bundle's fields, in its place, with that instance's
+    values as defaults; the command is called with the bundle filled from them."""
+    signature = inspect.signature(command, eval_str=True)
+    parameters: list[inspect.Parameter] = []
+    bundles: dict[str, type[OptionBundle]] = {}
+    for parameter in signature.parameters.values():
+        given = parameter.default
+        if not isinstance(given, OptionBundle):
+            parameters.append(parameter)
+            continue
+        kind = type(given)
+        bundles[parameter.name] = kind
+        hints = typing.get_type_hints(kind, include_extras=True)
+        for field in dataclasses.fields(kind):  # type: ignore[arg-type]
+            parameters.append(
+                inspect.Parameter(
+                    f"{parameter.name}{_SEPARATOR}{field.name}",
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    default=getattr(given, field.name),
+                    annotation=hints[field.name],
+                )
+            )
+
+    @functools.wraps(command)
+    def expanded(**values: Any) -> Any:
+        for name, kind in bundles.items():
+            prefix = f"{name}{_SEPARATOR}"
+            fields = {
+                key[len(prefix) :]: values.pop(key)
+                for key in list(values)
+                if key.startswith(prefix)
             }
-        )
-    return sim.model_copy(update={"world_model": world_model, "samples": samples, "turns": turns})
+            values[name] = kind(**fields)
+        return command(**values)
+
+    expanded.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    expanded.__annotations__ = {p.name: p.annotation for p in parameters}
+    return typing.cast(_F, expanded)
 
 
-def executor_choice(value: str, ray_address: str | None) -> Any:
-    """``--executor``: local or ray; ``--ray-address`` only with ray."""
-    from fidelity.errors import UsageError
-
-    if value not in ("local", "ray"):
-        raise UsageError(f"--executor {value!r}: choose local or ray")
-    if ray_address is not None and value != "ray":
-        raise UsageError("--ray-address needs --executor ray")
-    return value
+# -- validators of single options -----------------------------------------------------------
 
 
-def ray_results_options(executor: str, results: str, results_dir: Path | None) -> dict[str, Any]:
-    """``--ray-results driver|parquet`` and ``--ray-results-dir``: only with ray (and parquet)."""
-    from fidelity.errors import UsageError
-
-    if results not in ("driver", "parquet"):
-        raise UsageError(f"--ray-results {results!r}: choose driver or parquet")
-    if results != "driver" and executor != "ray":
-        raise UsageError("--ray-results needs --executor ray")
-    if results_dir is not None and results != "parquet":
-        raise UsageError("--ray-results-dir needs --ray-results parquet")
-    return {"ray_results": results, "ray_results_dir": results_dir}
-
-
-def modes(value: str) -> Any:
+def modes(value: str) -> Mode | list[Mode]:
     """``--mode``: one mode, or both (``both``)."""
     from fidelity.worldmodels.base import Mode
 
@@ -376,7 +353,8 @@ def modes(value: str) -> Any:
     return mode_choice(value)
 
 
-def mode_choice(value: str) -> Any:
+def mode_choice(value: str) -> Mode:
+    """``--mode``: one of the modes (``both`` is the caller's to handle)."""
     from fidelity.errors import UsageError
     from fidelity.worldmodels.base import Mode
 
@@ -384,101 +362,6 @@ def mode_choice(value: str) -> Any:
         return Mode(value)
     except ValueError:
         raise UsageError(f"--mode {value!r}: choose teacher-forced, open-loop or both") from None
-
-
-# -- commands ----------------------------------------------------------------------------
-
-
-class World(NamedTuple):
-    """The operator's world options: the default image, the backends' options, and what
-    the data may do (:class:`~fidelity.trust.DatasetTrust`)."""
-
-    image: str | None
-    options: dict[str, Any]
-    trust: Any
-
-
-def world_options(
-    source: Path | None,
-    defaults_file: Path | None,
-    image: str | None,
-    sites: list[str] | None,
-    resets: list[str] | None,
-    instances: Path | None,
-    namespace: str | None,
-    convention: str | None,
-    trust_commands: bool = False,
-    pull: bool = False,
-    registries: list[str] | None = None,
-) -> World:
-    """The default image, the sandbox options of the user's world and the data's trust: the
-    options given, over the environment defaults (only a file ``--env-defaults`` names: one
-    beside *source* came with the data), over BrowserGym's ``WA_*`` variables for sites."""
-    from fidelity.env_defaults import load_env_defaults, unread_env_defaults
-    from fidelity.trust import DatasetTrust
-
-    if defaults_file is None and (beside := unread_env_defaults(source)) is not None:
-        err.print(
-            f"note: {beside} is not read (it came with the data); name it with "
-            "--env-defaults to use it"
-        )
-    if registries and not pull:
-        from fidelity.errors import UsageError
-
-        raise UsageError("--pull-registry needs --pull")
-    defaults = load_env_defaults(defaults_file)
-    options = {
-        **_site_options(sites, resets, defaults.sites),
-        **_instance_options(
-            instances or defaults.instances,
-            namespace or defaults.swebench_namespace,
-            convention or defaults.instance_images,
-        ),
-        "trust_commands": trust_commands,
-        "pull": pull,
-        "pull_registries": list(registries or []),
-    }
-    trust = DatasetTrust(commands=trust_commands, site_origins=_site_origins(options))
-    return World(image or defaults.image, options, trust)
-
-
-def _site_origins(options: Mapping[str, Any]) -> frozenset[str]:
-    """The origins of the operator's sites (what a dataset's ``env.sites`` URL may name)."""
-    from fidelity.sandboxes.sites import webarena_sites
-    from fidelity.trust import origin_of
-
-    sites = options.get("sites")
-    urls = (
-        [site.get("url") for site in sites.values()]
-        if sites is not None
-        else [site.url for site in webarena_sites().values()]
-    )
-    return frozenset(origin_of(url) for url in urls if url)
-
-
-def _instance_options(
-    instances: Path | None, namespace: str | None, convention: str | None
-) -> dict[str, Any]:
-    """``--instances`` (read and checked now: a bad record exits 2 before any store opens),
-    ``--swebench-namespace`` and ``--instance-images`` as the docker backend's options."""
-    from fidelity.harnesses.swebench import IMAGE_CONVENTIONS
-
-    options: dict[str, Any] = {}
-    if convention is not None:
-        if convention not in IMAGE_CONVENTIONS:
-            from fidelity.errors import UsageError
-
-            choices = " or ".join(IMAGE_CONVENTIONS)
-            raise UsageError(f"--instance-images {convention!r}: choose {choices}")
-        options["instance_images"] = convention
-    if instances is not None:
-        from fidelity.harnesses.swebench import load_instances
-
-        load_instances(instances)
-        options["instances"] = instances.resolve()
-    if namespace is not None:
-        options["swebench_namespace"] = namespace
-    return options
 
 
 def serial_options(serial: str | None, sandbox: str | None) -> dict[str, Any]:
@@ -492,46 +375,7 @@ def serial_options(serial: str | None, sandbox: str | None) -> dict[str, Any]:
     return {"serial": serial}
 
 
-def _site_options(
-    sites: list[str] | None, resets: list[str] | None, file_sites: Mapping[str, WebSite]
-) -> dict[str, Any]:
-    """``--site NAME=URL`` and ``--site-reset NAME=CMD`` as the browser backend's ``sites``,
-    over *file_sites* (the environment defaults'), over BrowserGym's ``WA_*`` variables;
-    nothing when none is given."""
-    if not sites and not resets and not file_sites:
-        return {}
-    from pydantic import ValidationError
-
-    from fidelity.errors import UsageError
-    from fidelity.model import EnvSpec
-    from fidelity.sandboxes.sites import webarena_sites
-
-    given: dict[str, dict[str, str]] = {}
-    for option, key, values in (("--site", "url", sites), ("--site-reset", "reset", resets)):
-        for value in values or []:
-            name, _, text = value.partition("=")
-            if not text:
-                raise UsageError(f"{option} {value!r}: write NAME={key.upper()}")
-            given.setdefault(name.strip(), {})[key] = text.strip()
-    try:
-        checked = EnvSpec(sites=given).sites or {}
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"][1:] if part != "[key]")
-        raise UsageError(f"--site {where}: {first['msg']}") from None
-    layered = webarena_sites()
-    for layer in (file_sites, checked):
-        for name, site in layer.items():
-            below = layered.get(name)
-            layered[name] = (
-                site
-                if below is None
-                else below.model_copy(update=site.model_dump(exclude_none=True))
-            )
-    return {"sites": {name: site.model_dump(exclude_none=True) for name, site in layered.items()}}
-
-
-def compare_settings(path: Path | None) -> Any:
+def compare_settings(path: Path | None) -> CompareConfig:
     """``--compare-config``: the comparison rules of a TOML file, or the defaults."""
     from fidelity.compare import load_compare_config
 

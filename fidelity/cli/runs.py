@@ -10,14 +10,14 @@ import typer
 
 from fidelity.cli.application import escape, out
 from fidelity.cli.options import DbOption, JsonOption
-from fidelity.defaults import DEFAULT_DB
+from fidelity.defaults import DEFAULT_DB, DEFAULT_REPORT
 
 
 def report(
     db: DbOption = Path(DEFAULT_DB),
     run: Annotated[str | None, typer.Option("--run", help="Run id (default: the latest).")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path(
-        "report.html"
+        DEFAULT_REPORT
     ),
 ) -> None:
     """Write the self-contained HTML report of a stored run."""
