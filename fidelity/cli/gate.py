@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,11 @@ from fidelity.cli.options import (
 from fidelity.cli.progress import GATE_PHASES, progress_bars
 from fidelity.cli.render import render_drift, render_manifest, render_verdict
 from fidelity.defaults import DEFAULT_DB, SANDBOX_CONCURRENCY, STEP_TIMEOUT
+
+if TYPE_CHECKING:
+    from fidelity.formats.rl_export import ExportSettings
+    from fidelity.gate.options import Manifest
+    from fidelity.policy import Policy, Verdict
 
 
 @expand_bundles
@@ -227,7 +232,7 @@ def _sample(value: str | None, replay_all: bool, max_replays: int | None) -> int
     return int(value)
 
 
-def _claim_line(manifest: Any) -> str:
+def _claim_line(manifest: Manifest) -> str:
     """The gate's claim about what it admitted, in one line (stderr)."""
     return f"gate: {manifest.admitted_claim.statement}"
 
@@ -262,7 +267,7 @@ def _rl_formats(values: list[str]) -> list[str]:
 
 def _export_settings(
     to: list[str], prompt: str | None, data_source: str | None, tokenizer: Path | None
-) -> Any:
+) -> ExportSettings:
     """``--prompt``, ``--data-source`` and ``--sft-tokenizer``, checked against ``--to``."""
     from fidelity.errors import UsageError
     from fidelity.formats.rl_export import ExportSettings
@@ -295,7 +300,7 @@ def _layout(value: str | None) -> str:
     return value or "joined"
 
 
-def _gate_run(db: Path, run: str | None, rules: Any) -> Any:
+def _gate_run(db: Path, run: str | None, rules: Policy) -> Verdict:
     from fidelity.analysis.models import DEFAULT_HORIZON_LIMIT
     from fidelity.analysis.summary import summarize
     from fidelity.analysis.tallies import stored_run_evidence

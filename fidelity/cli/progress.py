@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fidelity.cli.application import err, escape
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from fidelity.policy import Verdict
 
 GATE_PHASES = {"scan": "read", "real": "replayed", "write": "decided"}
 """The progress bars of a dataset gate (its three passes)."""
@@ -54,17 +59,17 @@ class Silent:
     def __call__(self, phase: str, n: int) -> None:
         """Nothing."""
 
-    def bounds(self, verdict: Any) -> None:
+    def bounds(self, verdict: Verdict) -> None:
         """Nothing."""
 
 
 class Bars:
     """Rich bars per phase; the replay bar also shows each limit's bound after a round."""
 
-    def __init__(self, bar: Any, labels: dict[str, str]) -> None:
+    def __init__(self, bar: Progress, labels: dict[str, str]) -> None:
         self.bar = bar
         self.labels = labels
-        self.tasks: dict[str, Any] = {}
+        self.tasks: dict[str, TaskID] = {}
 
     def __call__(self, phase: str, n: int) -> None:
         if phase == "total":
@@ -76,7 +81,7 @@ class Bars:
         elif phase in self.tasks:
             self.bar.advance(self.tasks[phase], n)
 
-    def bounds(self, verdict: Any) -> None:
+    def bounds(self, verdict: Verdict) -> None:
         """``drift_rate ≤ 0.083 pass · hallucination_rate ≤ 0.21 undecided`` on the replay bar."""
         if "real" not in self.tasks:
             return
@@ -90,6 +95,7 @@ class Bars:
 
 @contextmanager
 def interrupt_hint(hint: str) -> Iterator[None]:
+    """Print *hint* (how to resume) when Ctrl-C or SIGTERM stops the block."""
     try:
         yield
     except KeyboardInterrupt:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fidelity.cli.application import err, escape, out, plural
 
+if TYPE_CHECKING:
+    from fidelity.analysis.models import ModeSimulation
+    from fidelity.audit import AuditResult
+    from fidelity.batch import BatchResult
+    from fidelity.diffing import DiffResult
+    from fidelity.drift import DriftReport
+    from fidelity.gate.options import Manifest
+    from fidelity.policy import Verdict
 
-def render_audit(result: Any) -> None:
+
+def render_audit(result: AuditResult) -> None:
+    """An audit's summary: run, figures, the most drifting actions, the gate's verdict."""
     from rich.table import Table
 
     totals = result.summary.totals
@@ -69,7 +79,8 @@ def render_audit(result: Any) -> None:
         render_verdict(result.verdict)
 
 
-def render_verdict(verdict: Any) -> None:
+def render_verdict(verdict: Verdict) -> None:
+    """The gate's status and one line per check."""
     colour = {"pass": "green", "warn": "yellow"}.get(verdict.status, "red")
     out.print(
         f"gate: [bold {colour}]{verdict.status.upper()}[/] (run {verdict.run_id}, {verdict.domain}; "
@@ -86,7 +97,8 @@ def render_verdict(verdict: Any) -> None:
         out.print(f"  {mark} {escape(check.sentence()).replace(':', label + ':', 1)}")
 
 
-def render_manifest(manifest: Any) -> None:
+def render_manifest(manifest: Manifest) -> None:
+    """What a dataset gate replayed, admitted and quarantined, and where it wrote them."""
     counts = manifest.counts
     out.print(
         f"dataset gate run {manifest.run_id}: {counts.sampled} of {counts.trajectories} "
@@ -97,7 +109,8 @@ def render_manifest(manifest: Any) -> None:
     out.print(f"  {manifest.admitted_path}\n  {manifest.quarantined_path}")
 
 
-def render_drift(result: Any) -> None:
+def render_drift(result: DriftReport) -> None:
+    """Two runs compared: the tests that changed, and the outcome lines."""
     from rich.table import Table
 
     out.print(
@@ -130,7 +143,8 @@ def render_drift(result: Any) -> None:
         out.print(line, markup=False, highlight=False)
 
 
-def render_batch(result: Any, as_json: bool, verb: str) -> None:
+def render_batch(result: BatchResult, as_json: bool, verb: str) -> None:
+    """What a replay or a simulation wrote (*verb*: replayed, simulated), or its JSON."""
     if as_json:
         out.print_json(result.model_dump_json())
         return
@@ -145,18 +159,19 @@ def render_batch(result: Any, as_json: bool, verb: str) -> None:
     render_sim_figures(result)
 
 
-def render_sim_figures(result: Any) -> None:
+def render_sim_figures(result: BatchResult | ModeSimulation) -> None:
     """Cache use, sample spread and controllability of a simulation, when there are any."""
-    if getattr(result, "cache", None):
-        out.print(f"response cache: {result.cache['hits']} hits, {result.cache['misses']} misses")
-    spread = getattr(result, "sampling", None)
+    cache: dict[str, int] | None = getattr(result, "cache", None)  # a mode's figures have none
+    if cache:
+        out.print(f"response cache: {cache['hits']} hits, {cache['misses']} misses")
+    spread = result.sampling
     if spread is not None and spread.spread is not None:
         distance = "n/a" if spread.distance_to_real is None else f"{spread.distance_to_real:.3f}"
         out.print(
             f"{spread.samples} samples/step: spread {spread.spread:.3f}, "
             f"distance to real {distance} over {spread.steps} steps"
         )
-    control = getattr(result, "controllability", None)
+    control = result.controllability
     if control is not None:
         rate = "n/a" if control.rate is None else f"{control.rate:.1%}"
         out.print(
@@ -165,7 +180,8 @@ def render_sim_figures(result: Any) -> None:
         )
 
 
-def render_diff(result: Any) -> None:
+def render_diff(result: DiffResult) -> None:
+    """Two recordings compared step by step, as a table and a drift line."""
     from rich.table import Table
 
     table = Table("trajectory", "step", "score", "drift", "why")
