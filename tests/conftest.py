@@ -17,10 +17,19 @@ from typing import NoReturn
 import pytest
 
 from fakes.world_model import FakeLLM, serving
+from fidelity.cli.options import ENVIRONMENT
 from fidelity.resources import data_dir
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 TERMINAL = data_dir("suites") / "terminal"
+
+
+@pytest.fixture(autouse=True)
+def _no_cli_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line's ``FIDELITY_*`` variables (``--db``, ``--sim-url`` …) of the shell
+    running the tests are not the tests': every test starts without them."""
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
 
 
 def unavailable(message: str) -> NoReturn:

@@ -26,7 +26,20 @@ if TYPE_CHECKING:
     from fidelity.compare.config import CompareConfig
     from fidelity.worldmodels.base import Mode
 
-DbOption = Annotated[Path, typer.Option("--db", help="DuckDB file holding every run.")]
+ENVIRONMENT = (
+    "FIDELITY_DB",
+    "FIDELITY_SIM_URL",
+    "FIDELITY_SIM_MODEL",
+    "FIDELITY_EXECUTOR",
+    "FIDELITY_RAY_ADDRESS",
+)
+"""The environment variables recurring options are read from when not given: ``--db``,
+``--sim-url``, ``--sim-model``, ``--executor``, ``--ray-address``. An option given on the
+command line wins; ``diff --db`` (also store a comparison) reads none."""
+
+DbOption = Annotated[
+    Path, typer.Option("--db", envvar="FIDELITY_DB", help="DuckDB file holding every run.")
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 SandboxOption = Annotated[
     str | None,
@@ -136,12 +149,18 @@ CompareConfigOption = Annotated[
 ExecutorOption = Annotated[
     str,
     typer.Option(
-        "--executor", help="Where trajectory tasks run: local (threads) or ray (a Ray cluster)."
+        "--executor",
+        envvar="FIDELITY_EXECUTOR",
+        help="Where trajectory tasks run: local (threads) or ray (a Ray cluster).",
     ),
 ]
 RayAddressOption = Annotated[
     str | None,
-    typer.Option("--ray-address", help="--executor ray: the cluster to join (default: start one)."),
+    typer.Option(
+        "--ray-address",
+        envvar="FIDELITY_RAY_ADDRESS",
+        help="--executor ray: the cluster to join (default: start one).",
+    ),
 ]
 RayResultsOption = Annotated[
     str,
@@ -163,6 +182,7 @@ SimUrl = Annotated[
     str | None,
     typer.Option(
         "--sim-url",
+        envvar="FIDELITY_SIM_URL",
         help="OpenAI-compatible endpoint of the world model (…/v1).",
         rich_help_panel="World model",
     ),
@@ -170,7 +190,10 @@ SimUrl = Annotated[
 SimModel = Annotated[
     str | None,
     typer.Option(
-        "--sim-model", help="Model name served at --sim-url.", rich_help_panel="World model"
+        "--sim-model",
+        envvar="FIDELITY_SIM_MODEL",
+        help="Model name served at --sim-url.",
+        rich_help_panel="World model",
     ),
 ]
 SimData = Annotated[
