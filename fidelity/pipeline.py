@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -66,6 +67,8 @@ class SimConfig(BaseModel):
         """Which of the three world-model families this config selects."""
         return self.world_model.type
 
+
+logger = logging.getLogger(__name__)
 
 _ENDPOINT_ONLY = (
     "api_key",
@@ -262,9 +265,19 @@ def replay_or_fail(
     """
     try:
         return replay(trajectory, sandbox, step_timeout)
-    except SandboxUnavailableError:
+    except SandboxUnavailableError as exc:
+        logger.debug(
+            "trajectory %s: the %s backend cannot start: %s", trajectory.id, sandbox.type, exc
+        )
         raise
     except SandboxError as exc:
+        logger.info(
+            "trajectory %s: its replay failed (%s backend), stored as failed steps: %s: %s",
+            trajectory.id,
+            sandbox.type,
+            type(exc).__name__,
+            exc,
+        )
         return failed_replay(trajectory, f"{type(exc).__name__}: {exc}")
     except UsageError as exc:  # its env is bad input (a web site without a URL): say whose
         raise UsageError(f"trajectory {trajectory.id!r}: {exc}") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -12,6 +14,9 @@ from fidelity.task import Progress, TaskRunner, TrajectoryTask, gather_or_cancel
 if TYPE_CHECKING:
     from fidelity.pipeline import Replayed
     from fidelity.worldmodels.base import WorldModel
+
+
+logger = logging.getLogger(__name__)
 
 
 class LocalExecutor(Executor):
@@ -45,9 +50,23 @@ class LocalExecutor(Executor):
         """
         runner = TaskRunner(self.threads, self.sim_concurrency, self.progress, on_judgment)
         known = replayed or {}
+        logger.debug(
+            "%d tasks here: %d sandboxes and %d predictions at once (%d already replayed)",
+            len(tasks),
+            self.threads,
+            self.sim_concurrency,
+            len(known),
+        )
 
         async def one(task: TrajectoryTask) -> None:
-            on_record(await runner.run(task, model, known.get(task.trajectory.id)))
+            try:
+                record = await runner.run(task, model, known.get(task.trajectory.id))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                logger.debug("task %s failed: %s: %s", task.trajectory.id, type(exc).__name__, exc)
+                raise
+            on_record(record)
             runner.progress("compare", 1)
 
         try:

@@ -23,6 +23,7 @@ Every node needs fidelity installed, with the same version as the driver.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from fidelity.worldmodels.base import WorldModel
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 LOCAL_OBJECT_STORE_BYTES = 100 * 1024 * 1024
 """Object store of a cluster this executor starts itself (records are small)."""
@@ -109,6 +111,13 @@ class RayExecutor(Executor):
         size = 1 if shards is None else chunk_size(len(tasks), ray.cluster_resources().get("CPU"))
         folder = None if shards is None else str(shards.folder)
         chunks = [tasks[start : start + size] for start in range(0, len(tasks), size)]
+        logger.debug(
+            "%d tasks as %d Ray tasks of up to %d trajectories (results: %s)",
+            len(tasks),
+            len(chunks),
+            size,
+            "driver" if shards is None else shards.folder,
+        )
         letters = None if on_judgment is None else _Letters(ray, on_judgment, self.progress)
         mailbox = None if letters is None else letters.mailbox
         refs = {
@@ -157,10 +166,16 @@ class RayExecutor(Executor):
     ) -> None:
         """What one Ray task gave back: records, a shard receipt, or why its worker was lost."""
         if isinstance(result, BaseException):
+            ids = ", ".join(task.trajectory.id for task in chunk)
+            logger.debug("Ray task of %s raised %s: the run stops", ids, type(result).__name__)
             raise result
         self.progress("real", len(chunk))
         self.progress("sim", len(chunk))
         if isinstance(result, str):  # the worker died twice: an infrastructure failure
+            ids = ", ".join(task.trajectory.id for task in chunk)
+            logger.info(
+                "Ray task of %s failed, recorded as an infrastructure failure: %s", ids, result
+            )
             result = [_failed_record(task, result) for task in chunk]
         if isinstance(result, list):
             for record in result:
@@ -335,6 +350,7 @@ def _connect(address: str | None) -> Any:
         ) from None
     if not ray.is_initialized():
         if address is None:
+            logger.info("starting a local Ray cluster (%d CPUs)", os.cpu_count() or 2)
             ray.init(
                 # "local": a cluster of its own, even where another one runs on this
                 # machine (ray.init would join that one, and refuse num_cpus)
@@ -345,6 +361,7 @@ def _connect(address: str | None) -> Any:
                 log_to_driver=False,
             )
         else:
+            logger.info("joining the Ray cluster at %s", address)
             try:
                 ray.init(address=address, log_to_driver=False)
             except ConnectionError as exc:

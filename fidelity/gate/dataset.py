@@ -54,6 +54,7 @@ copied by the driver; concatenated in name order they are the joined files.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from fidelity import gate_outputs, pipeline
@@ -69,6 +70,8 @@ from fidelity.gate.verify import run_info, verified_facts
 from fidelity.gate.write import Sample, output_paths, write
 from fidelity.policy import Policy, horizon_limit
 from fidelity.store import Store
+
+logger = logging.getLogger(__name__)
 
 
 def gate_dataset(
@@ -123,6 +126,15 @@ def gate_dataset(
     run_id = options.run_id or new_run_id()
     limit = horizon_limit(policy, domain, DEFAULT_HORIZON_LIMIT)
     draws = planned_positions(scan, options)
+    logger.info(
+        "run %s: %d trajectories of domain %s read; %d draws planned (sample %s, seed %d)",
+        run_id,
+        scan.trajectories,
+        domain,
+        len(draws),
+        options.sample,
+        options.seed,
+    )
     with Store(options.db) as store:
         store.start_run(run_id, run_info(options, scan))
         spool = spool_sample(scan, sorted(set(draws.tolist())), options, _spool_folder())
@@ -151,6 +163,14 @@ def gate_dataset(
     )
     with Store(options.db) as store:  # the claim stays with the run (the report shows it)
         store.record_gate(run_id, gate_claim(manifest))
+    counts = manifest.counts
+    logger.info(
+        "run %s: %s; admitted %d, quarantined %d",
+        run_id,
+        manifest.verdict.status,
+        counts.admitted,
+        counts.quarantined,
+    )
     return manifest
 
 

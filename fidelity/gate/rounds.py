@@ -14,6 +14,7 @@ draws the same trajectories and replays only those the run does not hold yet.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from fidelity.gate.design import MixtureDesign
+
+logger = logging.getLogger(__name__)
 
 FIRST_ROUND = 10
 """Draws of the first round of ``--sample auto``."""
@@ -85,16 +88,35 @@ def replay_rounds(
     sequential = options.sample == "auto"
     progress("total:real", 0 if sequential else len(set(draws.tolist())))
     used = 0
+    round_number = 0
     while True:
         used = _next_end(used, len(draws)) if sequential else len(draws)
+        round_number += 1
         wanted = draws[:used]
         trajectories = spool.trajectories(sorted(set(wanted.tolist())), options)
+        logger.debug(
+            "round %d: %d draws of %d planned, %d distinct trajectories to replay",
+            round_number,
+            used,
+            len(draws),
+            len(trajectories),
+        )
         verify(store, run_id, list(trajectories.values()), options, scan.domain, progress)
         sampled = _evaluated(store, run_id, scan, design, policy, wanted, ids, limit)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("round %d: %s", round_number, _bounds(sampled.verdict))
         if on_round is not None:
             on_round(sampled.verdict)
         if not sequential or used >= len(draws) or decided(sampled.verdict):
+            why = "decided" if decided(sampled.verdict) else "draws used up"
+            logger.info("rounds end after round %d (%d draws): %s", round_number, used, why)
             return sampled
+
+
+def _bounds(verdict: Verdict) -> str:
+    """Each limit's estimate, bounds and decision after a round, for the log."""
+    shown = [f"{c.sentence()} ({c.severity})" for c in verdict.checks]
+    return "; ".join(shown) or "no limit"
 
 
 def _next_end(used: int, total: int) -> int:

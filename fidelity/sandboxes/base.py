@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import tempfile
 import threading
@@ -13,6 +14,8 @@ from types import TracebackType
 
 from fidelity.model import Action, EnvSpec, Observation
 from fidelity.processes import alive
+
+logger = logging.getLogger(__name__)
 
 
 class Sandbox(ABC):
@@ -27,6 +30,12 @@ class Sandbox(ABC):
     """
 
     name: str = "abstract"
+
+    @property
+    def label(self) -> str:
+        """How the log names this sandbox: its backend and a number unique while it lives
+        (a backend may name its container or folder instead)."""
+        return f"{self.name}-{id(self):x}"
 
     @abstractmethod
     def reset(self, env: EnvSpec) -> Observation:
@@ -67,18 +76,24 @@ def track(sandbox: Sandbox) -> None:
     watch(sandbox.name)
     with _live_lock:
         _live.add(sandbox)
+    logger.debug("sandbox %s started", sandbox.label)
 
 
 def untrack(sandbox: Sandbox) -> None:
     """Forget a closed sandbox."""
     with _live_lock:
+        known = sandbox in _live
         _live.discard(sandbox)
+    if known:
+        logger.debug("sandbox %s closed", sandbox.label)
 
 
 def close_all() -> int:
     """Close every sandbox still running (interpreter exit, Ctrl-C); returns how many."""
     with _live_lock:
         sandboxes = list(_live)
+    if sandboxes:
+        logger.info("closing %d sandboxes still running", len(sandboxes))
     for sandbox in sandboxes:
         sandbox.close()
     return len(sandboxes)

@@ -12,6 +12,7 @@ factory, sweeper and domains.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from fidelity.sandboxes.registry import backend
 if TYPE_CHECKING:
     from fidelity.model import EnvSpec, Observation
     from fidelity.sandboxes.base import Sandbox
+
+logger = logging.getLogger(__name__)
 
 
 class SandboxConfigBase(BaseModel):
@@ -52,6 +55,7 @@ class SandboxConfigBase(BaseModel):
             return
         sandbox = self.build()
         try:
+            logger.debug("sandbox %s: resetting for %s", sandbox.label, _described(env))
             yield sandbox, sandbox.reset(env)
         finally:
             sandbox.close()
@@ -82,3 +86,18 @@ def _empty() -> Observation:
     from fidelity.model import Observation
 
     return Observation()
+
+
+def _described(env: EnvSpec) -> str:
+    """What the log says of an environment: its image, task, instance or workdir."""
+    parts = [
+        f"{name} {value}"
+        for name, value in (
+            ("image", env.image),
+            ("instance", env.instance.instance_id if env.instance is not None else None),
+            ("task", env.task),
+            ("workdir", env.workdir),
+        )
+        if value
+    ]
+    return ", ".join(parts) or "the default environment"

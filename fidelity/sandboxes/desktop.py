@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import secrets
 import select
@@ -58,6 +59,8 @@ from fidelity.resources import data_dir
 from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
+
+logger = logging.getLogger(__name__)
 
 _ROOT_PREFIX = "fidelity-desktop-"
 _OWNER_FLAG = "--fidelity-owner"
@@ -249,13 +252,18 @@ class _Leader:
     """The session leader process and its JSON-lines channel."""
 
     def __init__(self, argv: list[str], spec: dict[str, Any]) -> None:
+        told = logger.isEnabledFor(logging.DEBUG)  # its diagnostics: to the log, or dropped
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if told else subprocess.DEVNULL,
             start_new_session=True,  # the terminal's Ctrl-C reaches the audit, which closes us
         )
+        if told:
+            threading.Thread(
+                target=_forward, args=(self.proc,), name="desktop-session-log", daemon=True
+            ).start()
         self._buffer = b""
         self.send(spec)
 
@@ -309,6 +317,14 @@ class _Leader:
             self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def _forward(proc: subprocess.Popen[bytes]) -> None:
+    """The session leader's stderr, line by line, to the log (until it closes)."""
+    assert proc.stderr is not None
+    with proc.stderr:
+        for line in proc.stderr:
+            logger.debug("leader %d: %s", proc.pid, line.decode(errors="replace").rstrip())
 
 
 class _ActionRunner:
@@ -551,11 +567,13 @@ class DesktopSandbox(Sandbox):
             raise
         if not answer.get("ready"):
             log = str(answer.get("log", "")).strip().splitlines()[-3:]
+            logger.debug("sandbox %s: the desktop did not start: %s", self.label, answer)
             self._stop()
             raise SandboxError(
                 f"the desktop did not start: {answer.get('error')} {' | '.join(log)}"
             )
         self._display = str(answer["display"])
+        logger.debug("sandbox %s: desktop on display %s in %s", self.label, self._display, root)
         self._runner = _ActionRunner(self.action_argv(["-c", _ACTION_SERVER]))
 
     def _stop(self) -> None:
@@ -581,6 +599,7 @@ class DesktopSandbox(Sandbox):
             runner = self._runner
             if runner is None or not runner.alive():  # it died (or timed out): a fresh one
                 if runner is not None:
+                    logger.debug("sandbox %s: the action runner died; a fresh one", self.label)
                     runner.kill()
                 runner = self._runner = _ActionRunner(self.action_argv(["-c", _ACTION_SERVER]))
         result = runner.run(code, timeout)

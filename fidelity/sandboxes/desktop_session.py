@@ -26,6 +26,7 @@ the order they started (OSWorld's thread pool gives completion order).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -51,8 +52,21 @@ MAX_WIDTH = 1024
 TOKEN_VAR = "FIDELITY_DESKTOP_TOKEN"
 
 
+logger = logging.getLogger("fidelity.sandboxes.desktop_session")
+"""Its diagnostics, on its stderr (:func:`main` sets the handler): the desktop backend
+logs them at debug level under ``fidelity --debug`` and drops them otherwise."""
+
+
 def _log(message: str) -> None:
-    print(f"desktop-session: {message}", file=sys.stderr, flush=True)
+    logger.info("%s", message)
+
+
+def _log_to_stderr() -> None:
+    """Its diagnostics on stderr, one ``desktop-session: MESSAGE`` line each."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("desktop-session: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 class Session:
@@ -441,6 +455,7 @@ def _faketime(start: str | None) -> dict[str, str]:
 
 def main() -> int:
     """Read the spec (JSON, first stdin line), start the desktop, serve until stdin closes."""
+    _log_to_stderr()
     for name, value in NS.items():
         ET.register_namespace(name, value)
     spec = json.loads(sys.stdin.readline())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from fidelity.model import EnvSpec
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.sandbox import DockerSandbox
+
+logger = logging.getLogger(__name__)
 
 
 def new_sandbox(options: SandboxConfigBase | dict[str, Any]) -> DockerSandbox:
@@ -70,8 +73,10 @@ class SandboxPool:
             warm.last_reset = initial
             with self._lock:
                 self.recycled += 1
+            logger.debug("sandbox %s: warm, recycled for the next trajectory", warm.label)
             return warm
         sandbox = warm or new_sandbox(self.options)
+        logger.debug("sandbox %s: reset (%s)", sandbox.label, "warm" if warm else "new")
         try:
             sandbox.last_reset = sandbox.reset(env)
         except BaseException:

@@ -12,6 +12,7 @@ adds what needs the config classes themselves: their union and its validation.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from fidelity.errors import SandboxUnavailableError, UsageError
 
 if TYPE_CHECKING:
     from fidelity.model import EnvSpec
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ class Backend:
     def sweep(self, owner: int | None = None) -> int:
         """Remove what killed runs of this backend left behind (of one dead *owner* pid, or all)."""
         removed: int = resolve_target(self.sweeper)(owner=owner)
+        whose = "dead runs" if owner is None else f"dead process {owner}"
+        logger.debug(
+            "swept %d leftovers of %s (%s)", removed, self.sweeper.partition(":")[0], whose
+        )
         return removed
 
     def shared_pool(self, config: Any) -> Any:

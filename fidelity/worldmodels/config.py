@@ -7,6 +7,7 @@ of defaults every command uses.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -18,6 +19,8 @@ from fidelity.defaults import MAX_RETRIES, MAX_TOKENS, REQUEST_DEADLINE, REQUEST
 if TYPE_CHECKING:
     from fidelity.model import Trajectory
     from fidelity.worldmodels.base import WorldModel
+
+logger = logging.getLogger(__name__)
 
 
 class EndpointConfig(BaseModel):
@@ -61,6 +64,19 @@ class EndpointConfig(BaseModel):
             from fidelity.worldmodels.cache import ResponseCache
 
             cache = ResponseCache(self.cache)
+        logger.debug(
+            "endpoint %s, model %s: %g s per attempt, %d retries, %g s per request in all, "
+            "max_tokens %s, top_k %s, sampling %s, response cache %s",
+            self.url,
+            self.model,
+            self.timeout,
+            self.max_retries,
+            self.deadline,
+            self.max_tokens,
+            self.top_k,
+            self.sampling,
+            self.cache or "off",
+        )
         return OpenAICompatWorldModel(
             base_url=self.url,
             model=self.model,
@@ -93,6 +109,7 @@ class RecordedConfig(BaseModel):
         from fidelity.formats.jsonl import read_trajectories
         from fidelity.worldmodels.recorded import RecordedWorldModel
 
+        logger.debug("recorded world model: %s", self.data)
         return RecordedWorldModel(read_trajectories(self.data), str(self.data))
 
     def notice(self) -> str | None:
@@ -117,6 +134,9 @@ class BaselineConfig(BaseModel):
         """The baseline, indexing *corpus* (real trajectories) when it retrieves."""
         from fidelity.worldmodels.baselines import get_baseline
 
+        logger.debug(
+            "baseline world model %r over %d real trajectories", self.name, len(corpus or [])
+        )
         return get_baseline(self.name, corpus or [])
 
     def notice(self) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import statistics
 import time
@@ -41,6 +42,8 @@ from fidelity.model import Action, Observation, Step, Trajectory
 from fidelity.worldmodels.base import WorldModel
 from fidelity.worldmodels.cache import BatchedLookup, ResponseCache, request_key
 from fidelity.worldmodels.prompting import AWB_META, build_messages, parse_prediction, prompt_set
+
+logger = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 409, 429})
 #: ``recommended``: the model card's temperature/top_p/top_k; ``agentworldbench``: exactly
@@ -340,6 +343,12 @@ class OpenAICompatWorldModel(WorldModel):
             failure = _deadline_failure(self.base_url, self.deadline)
             if attempts.last is not None:
                 failure += f"; the last attempt failed with {attempts.last}"
+            logger.debug(
+                "%s: deadline of %g s passed after %d failed attempts",
+                self.base_url,
+                self.deadline,
+                attempts.count,
+            )
             raise RequestFailedError(failure) from None
 
     async def _complete_with_retries(
@@ -361,9 +370,26 @@ class OpenAICompatWorldModel(WorldModel):
             attempts.refused += outcome.refused
             attempts.last = outcome.message
             if not outcome.retryable or attempts.count > self.retry.max_retries:
+                final = "not retried" if not outcome.retryable else "no retry left"
+                logger.debug(
+                    "%s: attempt %d failed, %s: %s",
+                    self.base_url,
+                    attempts.count,
+                    final,
+                    outcome.message,
+                )
                 raise self._final(outcome.message, attempts)
             bound = self.health.backoff_bound()
-            await self._sleep(self.retry.delay(attempts.count - 1, outcome.retry_after, bound))
+            delay = self.retry.delay(attempts.count - 1, outcome.retry_after, bound)
+            logger.debug(
+                "%s: attempt %d failed, retried in %.2f s (%d retries left): %s",
+                self.base_url,
+                attempts.count,
+                delay,
+                self.retry.max_retries - attempts.count + 1,
+                outcome.message,
+            )
+            await self._sleep(delay)
 
     async def _attempt(self, messages: list[dict[str, str]]) -> _Choice | _Failure:
         """One request: the completion's first choice, or what went wrong."""

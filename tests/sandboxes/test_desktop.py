@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,10 +22,12 @@ from fidelity.pipeline import load_suite
 from fidelity.resources import data_dir
 from fidelity.sandboxes import backend_for, get_sandbox
 from fidelity.sandboxes.desktop import (
+    _LEADER,
     REQUIRED_BINARIES,
     SHOWN_HOME,
     DesktopConfig,
     DesktopSandbox,
+    _forward,
     _interpreter_binds,
     pids_with_token,
 )
@@ -473,3 +476,28 @@ def test_an_interpreter_under_tmp_stays_visible_to_actions(
     )
     monkeypatch.setattr(sys, "prefix", "/usr")
     assert "/usr" not in _interpreter_binds()
+
+
+# -- its diagnostics -------------------------------------------------------------
+
+
+def test_the_session_leader_says_what_it_waits_for_on_its_stderr() -> None:
+    """The leader's diagnostics go through ``logging`` to its stderr, as they were printed."""
+    script = (
+        f"import runpy; found = runpy.run_path({str(_LEADER)!r}); "
+        "found['_log_to_stderr'](); found['_log']('waiting: not ready')"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (0, "desktop-session: waiting: not ready\n")
+
+
+def test_the_session_leaders_stderr_reaches_the_debug_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Under ``--debug`` the backend reads the leader's stderr into its own log."""
+    said = "import sys; sys.stderr.write('desktop-session: waiting: x\\n')"
+    proc = subprocess.Popen([sys.executable, "-c", said], stderr=subprocess.PIPE)
+    with caplog.at_level(logging.DEBUG, logger="fidelity.sandboxes.desktop"):
+        _forward(proc)
+    proc.wait()
+    assert caplog.messages == [f"leader {proc.pid}: desktop-session: waiting: x"]

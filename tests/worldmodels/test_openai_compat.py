@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -94,6 +95,23 @@ def test_transient_status_is_retried(
     fake_llm.script(Reply.http(status), Reply.http(status))
     assert predict(fake_llm.url, trajectory).text == "ran: echo hi\n"
     assert len(fake_llm.requests) == 3
+
+
+def test_each_retry_is_logged_with_why(
+    fake_llm: FakeLLM, trajectory: Trajectory, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_llm.script(Reply.http(503), Reply.http(400))
+    with caplog.at_level(logging.DEBUG, logger="fidelity.worldmodels.openai_compat"):
+        predict(fake_llm.url, trajectory, max_retries=2)
+    first, last = caplog.messages
+    assert first.startswith(f"{fake_llm.url}: attempt 1 failed, retried in ")
+    assert first.endswith(
+        f"(2 retries left): InternalServerError: HTTP 503 from {fake_llm.url}: "
+        "Error code: 503 - scripted 503"
+    )
+    assert last.startswith(
+        f"{fake_llm.url}: attempt 2 failed, not retried: BadRequestError: HTTP 400"
+    )
 
 
 def test_dropped_connection_and_timeout_recover(fake_llm: FakeLLM, trajectory: Trajectory) -> None:
