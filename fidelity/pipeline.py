@@ -163,16 +163,16 @@ def check_domain(domain: Domain | str, backend: str | None = None) -> Domain:
     """
     try:
         value = Domain(domain)
-    except ValueError:
+    except ValueError as exc:
         known = ", ".join(d.value for d in Domain)
-        raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from None
+        raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from exc
     from fidelity.sandboxes import backend_for
 
     if backend is None:
         try:
             backend_for(value.value, None)
         except UsageError as exc:
-            raise UnknownDomainError(str(exc)) from None
+            raise UnknownDomainError(str(exc)) from exc
     else:
         backend_for(value.value, backend)
     return value
@@ -182,9 +182,9 @@ def check_comparable(domain: Domain | str) -> Domain:
     """*domain* as a :class:`Domain` with a comparator (``fidelity diff``); else UnknownDomainError."""
     try:
         value = Domain(domain)
-    except ValueError:
+    except ValueError as exc:
         known = ", ".join(d.value for d in Domain)
-        raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from None
+        raise UnknownDomainError(f"unknown domain {domain!r}; the domains are: {known}") from exc
     comparator_factory(value.value)  # raises for a domain without one; builds nothing
     return value
 
@@ -280,7 +280,7 @@ def replay_or_fail(
         )
         return failed_replay(trajectory, f"{type(exc).__name__}: {exc}")
     except UsageError as exc:  # its env is bad input (a web site without a URL): say whose
-        raise UsageError(f"trajectory {trajectory.id!r}: {exc}") from None
+        raise UsageError(f"trajectory {trajectory.id!r}: {exc}") from exc
 
 
 UNVERIFIABLE = "EnvironmentUnavailableError: "
@@ -321,7 +321,7 @@ def check_backends(trajectories: Sequence[Trajectory], chooser: Any, source: Pat
         try:
             chooser.backend_of(trajectory.domain.value, trajectory.env)
         except UsageError as exc:
-            raise UsageError(f"{source}: trajectory {trajectory.id!r}: {exc}") from None
+            raise UsageError(f"{source}: trajectory {trajectory.id!r}: {exc}") from exc
 
 
 def check_trust(trajectories: Sequence[Trajectory], trust: Any, source: Path) -> None:
@@ -348,16 +348,16 @@ def with_default_image(
 
     try:
         EnvSpec(image=image)
-    except ValidationError:
+    except ValidationError as exc:
         raise UsageError(
             f"--image {image!r} is not an image reference (name, name:tag or name@digest)"
-        ) from None
+        ) from exc
     given = []
     for t in trajectories:
         try:
             docker = trajectory_backend(t.domain.value, t.env, chosen) == "docker"
         except UsageError as exc:
-            raise UsageError(f"trajectory {t.id!r}: {exc}") from None
+            raise UsageError(f"trajectory {t.id!r}: {exc}") from exc
         if not docker or t.env.image is not None or t.env.instance is not None:
             given.append(t)  # an instance names its own image
             continue

@@ -4,17 +4,18 @@ Exit codes: 0 success (or gate pass), 1 gate fail or an unexpected failure,
 2 usage or input error, 3 infrastructure or store error, 130 interrupted. The codes
 come from :func:`fidelity.errors.exit_code_for`;
 :class:`~fidelity.cli.application.FidelityGroup` turns every expected error into one line,
-so no command prints a traceback for one.
+so no command prints a traceback for one (``--debug`` adds its traceback and the log).
 
 Modules:
 
 - :mod:`~fidelity.cli.application`: the consoles (results on stdout; notes, errors and
   progress on stderr), the Click group mapping errors to one line and an exit code, the
   Typer app, which command lives where, ``main``;
-- :mod:`~fidelity.cli.options`: the options commands share and how bundles of them become
-  parameters; :mod:`~fidelity.cli.bundles`: the bundles (world model, the user's world,
-  executor, Ray results) and their checks;
+- :mod:`~fidelity.cli.options`: the options commands share (with their ``FIDELITY_*``
+  variables) and how bundles of them become parameters; :mod:`~fidelity.cli.bundles`:
+  the bundles (world model, the user's world, executor, Ray results) and their checks;
 - :mod:`~fidelity.cli.render` and :mod:`~fidelity.cli.progress`: what a command prints;
+  :mod:`~fidelity.cli.debug`: what ``--debug`` adds;
 - one module per command family: :mod:`~fidelity.cli.audit` (audit, replay, simulate:
   real sandboxes and the world model), :mod:`~fidelity.cli.data` (import, export, diff:
   files in and out), :mod:`~fidelity.cli.gate` (gate, drift, risk: verdicts),

@@ -7,7 +7,10 @@ command piped into a file or ``jq`` gets only its result.
 :class:`FidelityGroup` turns every expected error into one line and its exit code. The
 codes come from one place, :func:`fidelity.errors.exit_code_for`; OS and DuckDB errors
 that escape the library (disk full, an unwritable report) and a missing optional
-dependency end in one line too, never a traceback.
+dependency end in one line too, never a traceback. Under ``--debug``
+(:mod:`fidelity.cli.debug`) the line is followed by the error's chained traceback and
+the log of the run, and an unexpected error's traceback by the log; the line and the
+exit code stay the same.
 
 Commands are plain functions in one module per family (:data:`COMMANDS`); the app
 registers them in help order. ``fidelity NAME …`` imports and builds only NAME's
@@ -24,7 +27,7 @@ import json
 import signal
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -38,6 +41,9 @@ from fidelity.errors import (
     is_database_error,
     missing_extra,
 )
+
+if TYPE_CHECKING:
+    from fidelity.cli.debug import DebugLog
 
 # -- the consoles: results on stdout; errors, notes and progress on stderr ---------------------
 
@@ -83,30 +89,41 @@ def print_json(text: str) -> None:
 
 # -- the group every command runs in ------------------------------------------------------------
 
+DEBUG = "fidelity.debug"
+"""Where the root command's ``--debug`` keeps its :class:`~fidelity.cli.debug.DebugLog`
+(``ctx.meta``, which every context of an invocation shares)."""
+
 
 class FidelityGroup(TyperGroup):
     """Maps fidelity's exceptions to one-line errors and exit codes."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
+            return self._invoke(ctx)
+        finally:
+            debug = debug_log(ctx)
+            if debug is not None:
+                debug.finish()
+
+    def _invoke(self, ctx: Any) -> Any:
+        try:
             return super().invoke(ctx)
         except FidelityError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}")
-            ctx.exit(exit_code_for(exc))
+            _fail(ctx, exc, f"[bold red]error:[/] {escape(str(exc))}")
         except OSError as exc:
-            err.print(f"[bold red]error:[/] {escape(describe_os_error(exc))}")
-            ctx.exit(exit_code_for(exc))
+            _fail(ctx, exc, f"[bold red]error:[/] {escape(describe_os_error(exc))}")
         except Exception as exc:
             missing = missing_extra(exc)  # an optional dependency: which extra installs it
             if missing is None and not is_database_error(exc):
+                debug = debug_log(ctx)
+                if debug is not None and not is_click_error(exc) and not _is_exit(exc):
+                    debug.print_log()  # a bug: Python prints its traceback after the log
                 raise
             line = missing or f"database: {first_line(exc)}"
-            err.print(f"[bold red]error:[/] {escape(line)}")
-            ctx.exit(exit_code_for(exc))
+            _fail(ctx, exc, f"[bold red]error:[/] {escape(line)}")
         except KeyboardInterrupt as exc:
             stored = getattr(exc, "summary", None)
-            err.print(f"[yellow]interrupted[/]: {stored or 'sandboxes stopped'}")
-            ctx.exit(exit_code_for(exc))
+            _fail(ctx, exc, f"[yellow]interrupted[/]: {stored or 'sandboxes stopped'}")
 
     def main(  # type: ignore[override]
         self,
@@ -146,7 +163,31 @@ def is_click_error(error: BaseException) -> bool:
     )
 
 
-HELP = "Audit how faithfully a language world model simulates real agent environments."
+def debug_log(ctx: Any) -> DebugLog | None:
+    """The ``--debug`` log of the invocation *ctx* belongs to (None: no ``--debug``)."""
+    found: DebugLog | None = ctx.meta.get(DEBUG)
+    return found
+
+
+def _fail(ctx: Any, error: BaseException, line: str) -> None:
+    """*line* on stderr (with ``--debug``, then *error*'s traceback and the log), and
+    *error*'s exit code."""
+    err.print(line)
+    debug = debug_log(ctx)
+    if debug is not None:
+        debug.after_error(error)
+    ctx.exit(exit_code_for(error))
+
+
+def _is_exit(error: BaseException) -> bool:
+    """Click's (or Typer's) ``Exit`` (a command's chosen exit code) or ``Abort``: no bug."""
+    return type(error).__name__ in {"Exit", "Abort"}
+
+
+HELP = (
+    "Audit how faithfully a language world model simulates real agent environments.\n\n"
+    "An option shown with \\[env var: FIDELITY_…] is read from that variable when not given."
+)
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("audit", "fidelity.cli.audit:audit"),
@@ -168,6 +209,25 @@ GROUPS: tuple[tuple[str, str], ...] = (("sandbox", "fidelity.cli.sandbox:sandbox
 """Command groups (their own Typer apps), after the commands."""
 
 
+DebugOption = Annotated[
+    bool,
+    typer.Option(
+        "--debug",
+        envvar="FIDELITY_DEBUG",
+        help="After an error's one line, print its traceback with the exceptions it came from, "
+        "then the log of the run (stderr); at the end of a run without error, the log. "
+        "Exit codes do not change.",
+    ),
+]
+
+
+def _root(ctx: typer.Context, debug: DebugOption = False) -> None:
+    if debug:
+        from fidelity.cli.debug import DebugLog
+
+        ctx.meta[DEBUG] = DebugLog(err).start()
+
+
 def _load(target: str) -> Any:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -182,6 +242,7 @@ def build(name: str | None = None) -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
+    built.callback()(_root)
     for command, target in COMMANDS:
         if name is None or command == name:
             built.command(command)(_load(target))
@@ -201,9 +262,10 @@ def named_command(args: list[str]) -> TyperGroup | None:
     """A group holding only the command (or subgroup) that *args* start with, if they do.
 
     Help, no argument or an unknown name (Click suggests close ones) get the whole
-    app: None.
+    app: None. A leading ``--debug`` (the app's own option) is looked past.
     """
-    name = args[0] if args else None
+    given = args[1:] if args[:1] == ["--debug"] else args
+    name = given[0] if given else None
     known = {command for command, _ in COMMANDS} | {group for group, _ in GROUPS}
     if name not in known:
         return None

@@ -95,7 +95,7 @@ class SimOptions(OptionBundle):
             )
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise UsageError(f"--sim-{first['loc'][-1]}: {first['msg']}") from None
+            raise UsageError(f"--sim-{first['loc'][-1]}: {first['msg']}") from exc
         if self.sampling not in ("recommended", "agentworldbench"):
             raise UsageError(f"--sampling {self.sampling!r}: choose recommended or agentworldbench")
         if turns not in ("all", "evaluated"):
@@ -300,7 +300,7 @@ def _site_options(
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"][1:] if part != "[key]")
-        raise UsageError(f"--site {where}: {first['msg']}") from None
+        raise UsageError(f"--site {where}: {first['msg']}") from exc
     layered = webarena_sites()
     for layer in (file_sites, checked):
         for name, site in layer.items():

@@ -32,10 +32,12 @@ ENVIRONMENT = (
     "FIDELITY_SIM_MODEL",
     "FIDELITY_EXECUTOR",
     "FIDELITY_RAY_ADDRESS",
+    "FIDELITY_DEBUG",
 )
 """The environment variables recurring options are read from when not given: ``--db``,
-``--sim-url``, ``--sim-model``, ``--executor``, ``--ray-address``. An option given on the
-command line wins; ``diff --db`` (also store a comparison) reads none."""
+``--sim-url``, ``--sim-model``, ``--executor``, ``--ray-address``, and the app's ``--debug``
+(``FIDELITY_DEBUG=1``). An option given on the command line wins; ``diff --db`` (also store
+a comparison) reads none."""
 
 DbOption = Annotated[
     Path, typer.Option("--db", envvar="FIDELITY_DB", help="DuckDB file holding every run.")
@@ -383,8 +385,8 @@ def mode_choice(value: str) -> Mode:
 
     try:
         return Mode(value)
-    except ValueError:
-        raise UsageError(f"--mode {value!r}: choose teacher-forced, open-loop or both") from None
+    except ValueError as exc:
+        raise UsageError(f"--mode {value!r}: choose teacher-forced, open-loop or both") from exc
 
 
 def serial_options(serial: str | None, sandbox: str | None) -> dict[str, Any]:

@@ -344,10 +344,10 @@ def _connect(address: str | None) -> Any:
     """The ``ray`` module, connected to *address* (None: start a small local cluster)."""
     try:
         import ray
-    except ImportError:
+    except ImportError as exc:
         raise UsageError(
             "--executor ray needs Ray: pip install 'fidelity[ray]' (on every node)"
-        ) from None
+        ) from exc
     if not ray.is_initialized():
         if address is None:
             logger.info("starting a local Ray cluster (%d CPUs)", os.cpu_count() or 2)
@@ -365,7 +365,7 @@ def _connect(address: str | None) -> Any:
             try:
                 ray.init(address=address, log_to_driver=False)
             except ConnectionError as exc:
-                raise UsageError(f"--ray-address {address}: {exc}") from None
+                raise UsageError(f"--ray-address {address}: {exc}") from exc
     return ray
 
 

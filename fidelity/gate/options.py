@@ -311,7 +311,7 @@ class LineRules(BaseModel):
         try:
             trajectory_backend(trajectory.domain.value, trajectory.env, self.sandbox)
         except UsageError as exc:
-            raise InputFormatError(path, line, f"{trajectory.id}.env", str(exc)) from None
+            raise InputFormatError(path, line, f"{trajectory.id}.env", str(exc)) from exc
 
 
 class ShardInfo(BaseModel):

@@ -118,7 +118,7 @@ def sandbox_config(
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"][1:]) or "options"
-        raise UsageError(f"sandbox {chosen!r}: {where}: {first['msg']}") from None
+        raise UsageError(f"sandbox {chosen!r}: {where}: {first['msg']}") from exc
     return config
 
 
