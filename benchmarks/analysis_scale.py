@@ -57,8 +57,8 @@ def _unit(*key: int) -> float:
 def _record(t: int, depth: int) -> TrajectoryRecord:
     """Trajectory *t* of the synthetic run: *depth* steps, drift growing with depth."""
     from fidelity.compare.base import StepComparison
-    from fidelity.model import Observation, Trajectory
     from fidelity.store import TimedObservation, TrajectoryRecord
+    from fidelity.trajectory import Observation, Trajectory
 
     commands = [f"{NAMES[(t + d) % len(NAMES)]} arg{d}" for d in range(1, depth + 1)]
     trajectory = Trajectory.model_validate(

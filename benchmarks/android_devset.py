@@ -36,7 +36,7 @@ from wm_devset import agreement_line, baselines, named, precision_recall_f1
 from devsets.android.load import AndroidPair, load_pairs
 from fidelity.compare.android import AndroidComparator
 from fidelity.compare.base import CompareContext
-from fidelity.model import AndroidAction
+from fidelity.trajectory import AndroidAction
 
 
 @dataclass(frozen=True)

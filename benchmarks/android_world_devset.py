@@ -66,7 +66,7 @@ from devsets.android_world.load import (
 from devsets.calibration.fit import sweep
 from fidelity.compare.android import AndroidComparator
 from fidelity.compare.base import CompareContext
-from fidelity.model import AndroidAction
+from fidelity.trajectory import AndroidAction
 
 GOAL_MARGIN = 0.1
 """Issue 42's android goal: F1 at least the best naive baseline's + this..."""

@@ -18,10 +18,10 @@ import time
 
 from replay_cli import print_replay
 
-from fidelity.model import Trajectory
 from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
 from fidelity.sandboxes.browser import BrowserConfig, BrowserSandbox, _Browser
+from fidelity.trajectory import Trajectory
 
 
 def run(trajectories: list[Trajectory], config: BrowserConfig) -> dict[str, object]:

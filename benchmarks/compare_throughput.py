@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the
 from devsets.samples import Run
 from fidelity.compare import CompareContext, TerminalComparator
 from fidelity.compare.normalize import Normalizer
-from fidelity.model import CommandAction, Observation, Step
+from fidelity.trajectory import CommandAction, Observation, Step
 
 WORDS = [
     "parser",

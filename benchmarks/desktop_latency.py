@@ -25,9 +25,9 @@ import time
 
 from replay_cli import print_replay
 
-from fidelity.model import CodeAction, EnvSpec
 from fidelity.resources import default_suite
 from fidelity.sandboxes.desktop import DesktopConfig, DesktopSandbox
+from fidelity.trajectory import CodeAction, EnvSpec
 
 ACTIONS = {
     "terminal": "pyautogui.typewrite('echo {i}\\n')",

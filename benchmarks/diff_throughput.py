@@ -79,7 +79,7 @@ from child_usage import Usage, run_measured
 from compare_throughput import build_pairs
 
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Domain, Step, Trajectory
+from fidelity.trajectory import Domain, Step, Trajectory
 
 
 def write_files(folder: Path, trajectories: int, depth: int, seed: int) -> tuple[Path, Path, int]:

@@ -23,10 +23,10 @@ from pathlib import Path
 from replay_cli import print_replay
 
 from fidelity.errors import SandboxUnavailableError
-from fidelity.model import CommandAction, EnvSpec
 from fidelity.resources import default_suite
 from fidelity.sandboxes.docker import DockerConfig, DockerSandbox, close_pools
 from fidelity.sandboxes.images import docker_client, ensure_image
+from fidelity.trajectory import CommandAction, EnvSpec
 
 COMMAND = "echo hello; ls >/dev/null"
 

@@ -32,10 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fidelity.errors import SandboxUnavailableError
-from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
 from fidelity.pipeline import replay
 from fidelity.sandboxes.docker import DockerConfig, DockerSandbox
 from fidelity.sandboxes.images import docker_client, ensure_base, ensure_image, resolve_image
+from fidelity.trajectory import CommandAction, EnvSpec, Step, Trajectory
 
 USER_IMAGE = """\
 USER root

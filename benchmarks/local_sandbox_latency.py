@@ -20,10 +20,10 @@ import time
 
 from replay_cli import print_replay
 
-from fidelity.model import CommandAction, EnvSpec
 from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
 from fidelity.sandboxes.local import LocalSandbox
+from fidelity.trajectory import CommandAction, EnvSpec
 
 COMMANDS = [
     "ls -la",

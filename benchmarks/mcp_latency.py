@@ -20,10 +20,10 @@ from typing import Any
 
 from replay_cli import print_replay
 
-from fidelity.model import EnvSpec, McpServer, ToolAction
 from fidelity.resources import default_suite
 from fidelity.sandboxes import mcp_servers
 from fidelity.sandboxes.mcp import McpSandbox
+from fidelity.trajectory import EnvSpec, McpServer, ToolAction
 
 CALLS: dict[str, tuple[str, dict[str, Any]]] = {
     "filesystem": ("read_text_file", {"path": "notes/todo.txt"}),

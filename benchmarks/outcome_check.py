@@ -16,10 +16,10 @@ import argparse
 import statistics
 import time
 
-from fidelity.model import EnvSpec, OutcomeCheck, Trajectory
 from fidelity.pipeline import load_suite, replay
 from fidelity.resources import default_suite
 from fidelity.sandboxes import sandbox_config
+from fidelity.trajectory import EnvSpec, OutcomeCheck, Trajectory
 
 
 def with_check(trajectory: Trajectory, command: str) -> Trajectory:

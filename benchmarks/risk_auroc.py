@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # devsets/: the
 
 from devsets.wm.load import load_pairs
 from devsets.wm.risk import RiskStep, risk_steps
-from fidelity.model import Trajectory
 from fidelity.risk import FEATURES, RiskModel, StepFeatures, score_trajectories, step_features
 from fidelity.risk.model import dump_model
+from fidelity.trajectory import Trajectory
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIOR = ROOT / "fidelity/_data/risk/prior.json"

@@ -44,7 +44,7 @@ from fidelity.formats.rl_export import (
     parquet_schema,
     row,
 )
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 
 STEPS = 10
 COMMANDS = ("ls -la", "cat setup.py", "python -m pytest -q", "git status", "grep -rn TODO .")

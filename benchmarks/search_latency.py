@@ -20,11 +20,11 @@ from pathlib import Path
 
 from replay_cli import print_replay
 
-from fidelity.model import EnvSpec, ToolAction
 from fidelity.resources import default_suite
 from fidelity.sandboxes.search import SearchConfig, SearchSandbox
 from fidelity.sandboxes.search_corpus import build_corpus
 from fidelity.sandboxes.search_engines import open_engine
+from fidelity.trajectory import EnvSpec, ToolAction
 
 ENV = EnvSpec(backend="search")
 

@@ -42,8 +42,8 @@ from fakes.trajectories import build_trajectory
 from fakes.world_model import MODEL, FakeLLM, FakeServer, Reply, make_handler
 from fidelity.batch import simulate_suite
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Trajectory
 from fidelity.pipeline import SimConfig
+from fidelity.trajectory import Trajectory
 from fidelity.worldmodels import openai_compat  # imported before any timing
 from fidelity.worldmodels.base import Mode
 from fidelity.worldmodels.prompting import build_messages

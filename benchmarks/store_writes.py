@@ -42,8 +42,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fidelity.compare.base import StepComparison
-from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.store import COLUMNS, RecordBuffer, Store, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 INFO = {
     "domain": "terminal",

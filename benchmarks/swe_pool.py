@@ -23,10 +23,10 @@ from replay_cli import print_replay
 
 from fidelity import pipeline
 from fidelity.errors import SandboxUnavailableError
-from fidelity.model import EnvSpec, Trajectory
 from fidelity.resources import default_suite
 from fidelity.sandboxes.images import ensure_image
 from fidelity.sandboxes.pool import SandboxPool, new_sandbox
+from fidelity.trajectory import EnvSpec, Trajectory
 
 
 def _ms(values: list[float]) -> str:

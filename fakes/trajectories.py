@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fidelity.model import CommandAction, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 
 def command_trajectory(

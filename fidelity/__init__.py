@@ -38,12 +38,12 @@ _API: dict[str, str] = {
     "RunSummary": "fidelity.analysis.models",
     "summarize": "fidelity.analysis.summary",
     # the trajectory model and its files
-    "Trajectory": "fidelity.model",
-    "Step": "fidelity.model",
-    "Observation": "fidelity.model",
-    "EnvSpec": "fidelity.model",
-    "Outcome": "fidelity.model",
-    "Domain": "fidelity.model",
+    "Trajectory": "fidelity.trajectory",
+    "Step": "fidelity.trajectory",
+    "Observation": "fidelity.trajectory",
+    "EnvSpec": "fidelity.trajectory",
+    "Outcome": "fidelity.trajectory",
+    "Domain": "fidelity.trajectory",
     "read_trajectories": "fidelity.formats.jsonl",
     "write_trajectories": "fidelity.formats.jsonl",
     # sandbox and world-model configs
@@ -154,7 +154,6 @@ if TYPE_CHECKING:  # the names as a type checker and an IDE see them
     from fidelity.gate.dataset import gate_dataset
     from fidelity.gate.limits import evaluate
     from fidelity.gate.options import GateOptions, Manifest
-    from fidelity.model import Domain, EnvSpec, Observation, Outcome, Step, Trajectory
     from fidelity.pipeline import SimConfig, load_suite
     from fidelity.policy import Check, Policy, Verdict, load_policy
     from fidelity.risk_data import risk_model, score_dataset
@@ -167,6 +166,7 @@ if TYPE_CHECKING:  # the names as a type checker and an IDE see them
     from fidelity.sandboxes.mcp import McpConfig
     from fidelity.sandboxes.search import SearchConfig
     from fidelity.store import DEFAULT_DB, Store
+    from fidelity.trajectory import Domain, EnvSpec, Observation, Outcome, Step, Trajectory
     from fidelity.worldmodels.config import BaselineConfig, EndpointConfig, RecordedConfig
 
 

@@ -26,7 +26,6 @@ from fidelity.defaults import DEFAULT_DB, STEP_TIMEOUT
 from fidelity.errors import Interrupted, StoreError, UsageError
 from fidelity.executors import ExecutorConfig, LocalExecutor, ShardSink, get_executor
 from fidelity.gate.limits import evaluate
-from fidelity.model import Domain, Observation, Trajectory, stable_hash
 from fidelity.pipeline import SimConfig
 from fidelity.policy import Verdict, horizon_limit, load_policy
 from fidelity.resources import default_suite
@@ -36,6 +35,7 @@ from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.store import RecordBuffer, ReplayedRecord, Store, TrajectoryRecord
 from fidelity.store_shards import ShardReceipt
 from fidelity.task import TrajectoryTask
+from fidelity.trajectory import Domain, Observation, Trajectory, stable_hash
 from fidelity.trust import DatasetTrust
 from fidelity.version import __version__
 from fidelity.worldmodels.base import Mode, WorldModel

@@ -15,12 +15,12 @@ from fidelity.defaults import SANDBOX_CONCURRENCY, STEP_TIMEOUT
 from fidelity.errors import UsageError
 from fidelity.executors import LocalExecutor
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Observation, Step, Trajectory
 from fidelity.pipeline import SimConfig
 from fidelity.sandboxes import SandboxChooser
 from fidelity.sandboxes.base import close_all
 from fidelity.store import TimedObservation, TrajectoryRecord
 from fidelity.task import TrajectoryTask
+from fidelity.trajectory import Observation, Step, Trajectory
 from fidelity.trust import DatasetTrust
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.metrics import (

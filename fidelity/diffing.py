@@ -17,8 +17,8 @@ from fidelity import pipeline
 from fidelity.compare import CompareConfig
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.formats.jsonl import parse_line
-from fidelity.model import Observation, Trajectory, stable_hash
 from fidelity.ordered_pool import available_cpus, ordered_map
+from fidelity.trajectory import Observation, Trajectory, stable_hash
 from fidelity.worldmodels.base import EVALUATED_TURN, Mode
 
 T = TypeVar("T")

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 
 from fidelity.formats.toml import load_toml_model
 from fidelity.harnesses.swebench import ImageConvention
-from fidelity.model import IMAGE_REFERENCE, SITE_NAME, WebSite
+from fidelity.trajectory import IMAGE_REFERENCE, SITE_NAME, WebSite
 
 DEFAULTS_FILE: Final = "fidelity-env.toml"
 """The name of the defaults file looked for beside a suite or in a dataset folder."""

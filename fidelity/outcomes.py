@@ -1,11 +1,11 @@
 """The real outcome of a replayed trajectory: the environment's own check, never fidelity's opinion.
 
-A trajectory's ``env.check`` (:class:`~fidelity.model.OutcomeCheck`) is a command run in
+A trajectory's ``env.check`` (:class:`~fidelity.trajectory.OutcomeCheck`) is a command run in
 the sandbox after the last replayed step. Its exit code decides: 0 is success, a code in
 ``failure_codes`` is failure; a check that times out, is killed or crashes (a signal: 128
 and above), cannot run (126, 127, a backend that runs no commands, a sandbox that failed)
 or ends with any other code gives an **unverifiable** outcome with the reason. The claimed
-outcome (:attr:`~fidelity.model.Trajectory.outcome`) is compared with it by the analysis.
+outcome (:attr:`~fidelity.trajectory.Trajectory.outcome`) is compared with it by the analysis.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
-from fidelity.model import CommandAction, Observation, Outcome, OutcomeCheck
+from fidelity.trajectory import CommandAction, Observation, Outcome, OutcomeCheck
 
 if TYPE_CHECKING:  # the store imports this module: no sandbox code loads with it
     from fidelity.sandboxes.base import Sandbox

@@ -18,7 +18,7 @@ from fidelity.compare.consistency import check_consistency, entity_source
 from fidelity.defaults import SIM_CONCURRENCY
 from fidelity.errors import SandboxError, SandboxUnavailableError, UnknownDomainError, UsageError
 from fidelity.formats import dataset
-from fidelity.model import Domain, EnvSpec, Observation, Step, Trajectory
+from fidelity.trajectory import Domain, EnvSpec, Observation, Step, Trajectory
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import (
     BaselineConfig,

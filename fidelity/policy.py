@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fidelity.analysis.models import RunSummary, Totals
 from fidelity.errors import InputFormatError
 from fidelity.formats.toml import load_toml_model
-from fidelity.model import Domain
+from fidelity.trajectory import Domain
 
 DEFAULT_MAX_INFRA_FAILURE_RATE = 0.05
 """Infrastructure-failure limit in force when a policy sets none: 5% of all steps."""

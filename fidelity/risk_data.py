@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from fidelity import store_queries as queries
 from fidelity.defaults import DEFAULT_DB
 from fidelity.errors import NotFoundError, UsageError
-from fidelity.model import Domain, Observation, Step, Trajectory
 from fidelity.risk.features import StepFeatures, sample_groups, step_features
 from fidelity.risk.model import FOLDS, CrossFit, RiskModel, cross_fit, prior_model
 from fidelity.risk.score import TrajectoryScore, score_trajectories
+from fidelity.trajectory import Domain, Observation, Step, Trajectory
 
 if TYPE_CHECKING:
     from fidelity.store import Store

@@ -39,9 +39,9 @@ from fidelity.compare import CompareConfig
 from fidelity.compare.normalize import truncate
 from fidelity.defaults import SIM_CONCURRENCY
 from fidelity.judge.config import JudgeConfig
-from fidelity.model import Observation, Trajectory
 from fidelity.sandboxes import SandboxConfig
 from fidelity.store import JudgmentRecord, SimVariant, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import Observation, Trajectory
 from fidelity.worldmodels.base import Mode, WorldModel
 from fidelity.worldmodels.config import WorldModelConfig
 

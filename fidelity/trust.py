@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from fidelity.errors import InputFormatError
 
 if TYPE_CHECKING:
-    from fidelity.model import Trajectory
+    from fidelity.trajectory import Trajectory
 
 TRUST_FLAG: Final = "--trust-dataset-commands"
 """The command-line flag that lets a dataset's host-side commands run (contained)."""

@@ -20,9 +20,9 @@ from fidelity.errors import (
     UsageError,
 )
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import CommandAction
 from fidelity.pipeline import SimConfig
 from fidelity.resources import default_suite
+from fidelity.trajectory import CommandAction
 from fidelity.worldmodels.base import Mode
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("bwrap")]
@@ -221,7 +221,7 @@ def test_bad_input_writes_nothing(tmp_path: Path, db_path: Path) -> None:
 def test_both_modes_and_samples_are_stored_apart(
     tmp_path: Path, db_path: Path, fake_llm: FakeLLM
 ) -> None:
-    from fidelity.model import Control, Step
+    from fidelity.trajectory import Control, Step
 
     (trajectory,) = read_trajectories(small_suite(tmp_path, 1))
     controlled = Control(instruction="answer as if it ran", expect=r"^ran: ")

@@ -18,7 +18,7 @@ from fakes.trajectories import command_trajectory
 from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 from tests.conftest import unavailable
 
 runner = CliRunner()

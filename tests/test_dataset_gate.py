@@ -15,8 +15,8 @@ from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.gate.design import MixtureDesign
 from fidelity.gate.sample import plan
-from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.store import Store
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 COMMANDS = ["echo alpha", "echo beta", "echo gamma", "echo delta"]
 

@@ -8,7 +8,7 @@ from devsets.android.build_tasks import task
 from devsets.android.load import Record, load_pairs, load_records
 from fidelity.compare.android import AndroidComparator
 from fidelity.compare.base import CompareContext
-from fidelity.model import AndroidAction, Observation
+from fidelity.trajectory import AndroidAction, Observation
 
 RECORDS = load_records()
 WAIT = CompareContext(action=AndroidAction(action_type="wait"), history=[], depth=1)

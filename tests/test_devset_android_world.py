@@ -29,7 +29,7 @@ from devsets.android_world.load import (
 from devsets.wm.load import LABELS, load_labels
 from fidelity.compare.android import AndroidComparator
 from fidelity.compare.base import CompareContext
-from fidelity.model import AndroidAction, Observation
+from fidelity.trajectory import AndroidAction, Observation
 from tests.conftest import unavailable
 
 WAIT = CompareContext(action=AndroidAction(action_type="wait"))

@@ -20,7 +20,7 @@ from fidelity.diffing import (
 )
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import Observation, Trajectory
+from fidelity.trajectory import Observation, Trajectory
 from fidelity.worldmodels.prompting import EVALUATED_TURN
 
 GOLDEN = Path(__file__).parent / "formats" / "data" / "diff_stream_golden.jsonl"

@@ -15,8 +15,8 @@ from fidelity.cli import app
 from fidelity.compare.base import StepComparison
 from fidelity.drift import cluster_z_test, cohens_h, compare_runs, holm
 from fidelity.errors import NotFoundError, UsageError
-from fidelity.model import Observation
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import Observation
 from tests.test_store import INFO
 
 

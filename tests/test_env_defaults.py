@@ -15,9 +15,9 @@ from fidelity.cli.bundles import WorldOptions
 from fidelity.env_defaults import DEFAULTS_FILE, load_env_defaults, unread_env_defaults
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
 from fidelity.sandboxes.images import ensure_image
 from fidelity.sandboxes.pool import close_pools
+from fidelity.trajectory import CommandAction, EnvSpec, Step, Trajectory
 
 
 def _suite(folder: Path, images: list[str | None]) -> Path:

@@ -24,13 +24,13 @@ from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.executors import ExecutorConfig
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.gate import GateOptions, gate_dataset, load_policy
-from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.pipeline import SimConfig, load_suite, world_model_from_flags
 from fidelity.resources import default_suite
 from fidelity.sandboxes import REGISTRY, parse_sandbox_config, sandbox_config
 from fidelity.sandboxes.docker import DockerConfig
 from fidelity.sandboxes.local import LocalConfig
 from fidelity.task import TrajectoryTask
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 from fidelity.worldmodels.config import BaselineConfig, EndpointConfig
 from tests.conftest import require_binary, require_module
 

@@ -23,8 +23,8 @@ from fidelity.executors import ExecutorConfig
 from fidelity.judge import DIMENSIONS, JudgeConfig, JudgmentParseError, judge_run
 from fidelity.judge.run import spearman
 from fidelity.judge.steps import normalized, overall_score, parse_scores, parse_verdict
-from fidelity.model import Observation
 from fidelity.store import JudgmentRecord, Store, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import Observation
 from tests import test_executors
 from tests.test_store import INFO
 

@@ -18,7 +18,9 @@ from fidelity.drift import compare_runs, outcome_lines
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.formats.swe_agent import claimed_outcome
 from fidelity.gate import GateOptions, gate_dataset, load_policy
-from fidelity.model import (
+from fidelity.report.html import render_report
+from fidelity.store import Store
+from fidelity.trajectory import (
     CommandAction,
     EnvSpec,
     Observation,
@@ -27,8 +29,6 @@ from fidelity.model import (
     Step,
     Trajectory,
 )
-from fidelity.report.html import render_report
-from fidelity.store import Store
 from tests.conftest import unavailable
 
 AGENT_DATA = Path(__file__).resolve().parents[2] / "shared" / "agent-trajectories"

@@ -16,13 +16,13 @@ from fidelity.analysis.tallies import read_tallies
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.gate import GateOptions, evaluate, gate_dataset, load_policy
 from fidelity.gate.evidence import population_evidence
-from fidelity.model import Outcome, Step, Trajectory
 from fidelity.pipeline import load_suite, replay
 from fidelity.report.html import render_report
 from fidelity.resources import data_dir, default_suite
 from fidelity.sandboxes import sandbox_config
 from fidelity.sandboxes.images import ensure_image
 from fidelity.store import Store
+from fidelity.trajectory import Outcome, Step, Trajectory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -16,7 +16,6 @@ import pytest
 from fakes.trajectories import command_trajectory
 from fidelity.compare.base import StepComparison
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError, exit_code_for
-from fidelity.model import Observation
 from fidelity.store import (
     SCHEMA_VERSION,
     JudgmentRecord,
@@ -29,6 +28,7 @@ from fidelity.store import (
     run_status,
 )
 from fidelity.store_shards import PARTIAL, merge_left_over, write_shard
+from fidelity.trajectory import Observation
 
 INFO = {
     "domain": "terminal",

@@ -9,8 +9,8 @@ import duckdb
 
 from fakes.trajectories import command_trajectory
 from fidelity.compare.base import StepComparison
-from fidelity.model import Observation
 from fidelity.store import MIGRATIONS, Store, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import Observation
 from tests.test_store import INFO
 
 NAMED = [f"line:invented {i}" for i in range(10)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
 from fidelity.pipeline import failed_replay, unverifiable_reason
 from fidelity.sandboxes.images import EnvironmentUnavailableError
+from fidelity.trajectory import CommandAction, EnvSpec, Step, Trajectory
 
 
 @pytest.mark.parametrize(

@@ -12,10 +12,10 @@ from fidelity.analysis.summary import summarize
 from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
 from fidelity.gate import Policy
-from fidelity.model import CommandAction, EnvSpec, Observation, Step, Trajectory
 from fidelity.sandboxes.images import ensure_image
 from fidelity.sandboxes.pool import close_pools
 from fidelity.store import Store
+from fidelity.trajectory import CommandAction, EnvSpec, Observation, Step, Trajectory
 from tests.runs import judged, tally
 
 MISSING = "fidelity-no-such-image:never"

@@ -5,7 +5,7 @@ What is stored here (``devsets/android/``):
 - ``data/transitions.jsonl``: ``{"id", "source", "files", "app", "before",
   "action", "after"}``, one real transition of a public DroidBot recording
   (screens as the android comparator's JSON element list, the action as a
-  fidelity :class:`~fidelity.model.AndroidAction`);
+  fidelity :class:`~fidelity.trajectory.AndroidAction`);
 - ``data/volatile.jsonl``: ``{"id", "source", "files", "app", "action",
   "real", "second"}``, the same screen recorded twice (no prediction needed);
 - ``predictions/*.jsonl``: ``{"task": id, "answer": ...}``, a world model's
@@ -26,7 +26,7 @@ from typing import Any
 
 from devsets.wm.load import Label, agreed_label, load_labels, read_jsonl, union
 from fidelity.errors import MalformedPredictionError
-from fidelity.model import AndroidAction, Observation
+from fidelity.trajectory import AndroidAction, Observation
 from fidelity.worldmodels.prompting import parse_prediction
 
 HERE = Path(__file__).resolve().parent

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from devsets.android_world.load import Pair, load_records
 from devsets.wm.build_tasks import prompt_text
-from fidelity.model import Domain, EnvSpec, Step, Trajectory
+from fidelity.trajectory import Domain, EnvSpec, Step, Trajectory
 from fidelity.worldmodels.prompting import build_messages
 
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from devsets.wm.load import Label, agreed_label, load_labels, read_jsonl, union
 from fidelity.errors import MalformedPredictionError
-from fidelity.model import AndroidAction, Observation
+from fidelity.trajectory import AndroidAction, Observation
 from fidelity.worldmodels.prompting import parse_prediction
 
 HERE = Path(__file__).resolve().parent

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from fidelity.compare.base import CompareContext
 from fidelity.compare.normalize import normalize
-from fidelity.model import Observation, Step, Trajectory
+from fidelity.trajectory import Observation, Step, Trajectory
 
 INVENTED_FILES = ("helpers_v2.py", "settings.local.yaml", "cache_utils.py", "migrate_db.sh")
 INVENTED_URLS = (

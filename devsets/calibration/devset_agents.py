@@ -48,7 +48,7 @@ from devsets.calibration.devset_swe import (
 )
 from fidelity.compare.base import CompareContext
 from fidelity.compare.commands import printing_program
-from fidelity.model import Observation, Step, Trajectory
+from fidelity.trajectory import Observation, Step, Trajectory
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "agent-trajectories"
 """Where the public runs lie beside a checkout (``../shared/agent-trajectories``)."""

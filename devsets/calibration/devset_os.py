@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 
 from devsets.calibration.devset import Pair
 from fidelity.compare.base import CompareContext
-from fidelity.model import Observation, Step, Trajectory
 from fidelity.sandboxes.desktop_tree import HEADER
+from fidelity.trajectory import Observation, Step, Trajectory
 
 Corrupt = Callable[[list[str], list[Step], random.Random], list[str] | None]
 

@@ -20,7 +20,7 @@ from devsets.calibration.devset import (
 )
 from fidelity.compare.normalize import BLOB_IDS
 from fidelity.compare.swe import pass_fail_map
-from fidelity.model import Observation, Step
+from fidelity.trajectory import Observation, Step
 
 INVENTED_FILES = ("compat.py", "_helpers.py", "utils.py", "tests/test_regression.py")
 INVENTED_HUNKS = (

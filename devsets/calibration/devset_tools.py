@@ -37,7 +37,7 @@ from devsets.calibration.devset import (
 )
 from devsets.calibration.fit import Scored, choose_cutoff
 from fidelity.compare.calibration import Calibration, comparison_vector, feature_names
-from fidelity.model import Observation, Step
+from fidelity.trajectory import Observation, Step
 
 TextCorruption = Callable[
     [Observation, list[Step], random.Random], tuple[Observation, str | None] | None

@@ -13,7 +13,7 @@ import re
 
 from devsets.calibration.devset import Corruption
 from fidelity.compare.normalize import normalize
-from fidelity.model import Observation, Step
+from fidelity.trajectory import Observation, Step
 
 INVENTED_LABELS = (
     "Export as PDF",

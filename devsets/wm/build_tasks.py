@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: devsets/
 
 from devsets.calibration.devset_agents import Run, load_runs
-from fidelity.model import Domain, Trajectory
+from fidelity.trajectory import Domain, Trajectory
 from fidelity.worldmodels.prompting import build_messages, render_action, render_system
 
 MAX_OBSERVATION = 5_000

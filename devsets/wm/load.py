@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidelity.compare.base import CompareContext
-from fidelity.model import Observation, Step, Trajectory
+from fidelity.trajectory import Observation, Step, Trajectory
 from fidelity.worldmodels.prompting import parse_prediction
 
 HERE = Path(__file__).resolve().parent

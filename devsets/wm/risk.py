@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from devsets.wm.load import WMPair, load_pairs
-from fidelity.model import Step, Trajectory
 from fidelity.risk.features import StepFeatures, step_features
+from fidelity.trajectory import Step, Trajectory
 
 
 @dataclass(frozen=True)

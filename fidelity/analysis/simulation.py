@@ -12,8 +12,8 @@ from collections import defaultdict
 
 from fidelity import store_queries as queries
 from fidelity.analysis.models import ModeSimulation
-from fidelity.model import Control, Observation
 from fidelity.store import Store
+from fidelity.trajectory import Control, Observation
 from fidelity.worldmodels.metrics import (
     SampleSpread,
     sample_spread,

@@ -54,8 +54,8 @@ from fidelity.cli.options import (
 from fidelity.defaults import MAX_TOKENS, REQUEST_DEADLINE, SIM_CONCURRENCY, TOP_K
 
 if TYPE_CHECKING:
-    from fidelity.model import WebSite
     from fidelity.pipeline import SimConfig
+    from fidelity.trajectory import WebSite
     from fidelity.trust import DatasetTrust
 
 
@@ -285,8 +285,8 @@ def _site_options(
     from pydantic import ValidationError
 
     from fidelity.errors import UsageError
-    from fidelity.model import EnvSpec
     from fidelity.sandboxes.sites import webarena_sites
+    from fidelity.trajectory import EnvSpec
 
     given: dict[str, dict[str, str]] = {}
     for option, key, values in (("--site", "url", sites), ("--site-reset", "reset", resets)):

@@ -166,7 +166,7 @@ def export(
 def _export_domain(value: str | None) -> str | None:
     """``--domain`` of an export: one of the seven."""
     from fidelity.errors import UsageError
-    from fidelity.model import Domain
+    from fidelity.trajectory import Domain
 
     known = [d.value for d in Domain]
     if value is not None and value not in known:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from fidelity.compare.base import Comparator, CompareContext, StepComparison
 from fidelity.errors import UnknownDomainError
-from fidelity.model import Domain
+from fidelity.trajectory import Domain
 
 if TYPE_CHECKING:
     from fidelity.compare.android import AndroidComparator

@@ -98,7 +98,7 @@ from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.normalize import Normalizer
 from fidelity.compare.structured import ItemComparator, listed, matched_pairs, overlap, verdict
 from fidelity.compare.terminal import context_texts
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 BOUNDS_STEP = 10
 """Bounds are rounded to this many pixels by :func:`rounded_bounds`."""

@@ -6,7 +6,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fidelity.model import Action, Observation, Step
+from fidelity.trajectory import Action, Observation, Step
 
 
 class CompareContext(BaseModel):

@@ -11,7 +11,7 @@ import shlex
 from functools import lru_cache
 from typing import NamedTuple
 
-from fidelity.model import program_name
+from fidelity.trajectory import program_name
 
 
 class Stage(NamedTuple):

@@ -27,7 +27,7 @@ from typing import Protocol, cast, runtime_checkable
 
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.entities import named_once
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 STATEFUL_KINDS = frozenset(
     {"file", "path", "url", "ui", "resource", "key", "test", "package", "title"}

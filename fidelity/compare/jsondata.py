@@ -51,7 +51,7 @@ from fidelity.compare.structured import (
     verdict,
 )
 from fidelity.compare.terminal import TerminalComparator
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 MAX_VALUE = 80
 """Longest scalar value kept as a ``value:`` entity."""

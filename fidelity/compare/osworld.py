@@ -45,8 +45,8 @@ from fidelity.compare.config import CompareConfig
 from fidelity.compare.entities import extract
 from fidelity.compare.jsondata import JsonComparator, json_entities
 from fidelity.compare.structured import infra_failure, listed, overlap, verdict
-from fidelity.model import Observation
 from fidelity.sandboxes.desktop_tree import CP, ST, kept, pair, parse_table, parse_xml, rows
+from fidelity.trajectory import Observation
 
 PIXELS = 4
 """Positions and sizes within this many pixels are equal (fonts, window placement)."""

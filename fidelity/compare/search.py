@@ -49,7 +49,7 @@ from fidelity.compare.calibration.apply import calibrated, calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.structured import ItemComparator, overlap, verdict
 from fidelity.compare.terminal import entity_diff
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 _NUMBERED_RE = re.compile(r"^[ \t]*(?:\[\d+\]|\d+[.)])[ \t]+(.+)$", re.MULTILINE)
 _URL_RE = re.compile(r"https?://[^\s<>\"')\]]+")

@@ -26,7 +26,7 @@ from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import Normalizer, merge_counts, normalizer_for
 from fidelity.compare.terminal import MAX_LISTED, TerminalComparator, context_texts
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 Item = TypeVar("Item")
 

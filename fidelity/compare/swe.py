@@ -55,7 +55,7 @@ from fidelity.compare.terminal import (
     hard_mismatches,
     reorder_reasons,
 )
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 HUNK_THRESHOLD = 0.8
 """Below this similarity of the added/removed diff lines, a diff drifts."""

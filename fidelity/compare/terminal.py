@@ -97,7 +97,7 @@ from fidelity.compare.textdiff import moved_lines as moved_lines
 from fidelity.compare.textdiff import reorder_reasons as reorder_reasons
 from fidelity.compare.textdiff import reordered as reordered
 from fidelity.compare.textdiff import similarity as similarity
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 DEFAULT_THRESHOLD = 0.9
 """Terminal drift threshold: a step scoring below it drifts."""

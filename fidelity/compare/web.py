@@ -66,7 +66,7 @@ from fidelity.compare.calibration.apply import calibration_for
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.normalize import merge_counts
 from fidelity.compare.structured import ItemComparator, listed, matched_pairs, overlap, verdict
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 _BID_RE = re.compile(r"^([ \t]*)\[[^\]\s]*\][ \t]*", re.MULTILINE)
 _NODE_RE = re.compile(

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fidelity.errors import InputFormatError, MalformedPredictionError, NotFoundError
 from fidelity.formats.jsonl import json_line, nested_json, read_trajectories, split_lines
-from fidelity.model import (
+from fidelity.trajectory import (
     Action,
     AndroidAction,
     BrowserAction,

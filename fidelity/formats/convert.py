@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.errors import InputFormatError, UsageError
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 
 IMPORT_FORMATS = (
     "agentworldbench",

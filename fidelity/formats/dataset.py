@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from fidelity.errors import InputFormatError, NotFoundError
 from fidelity.formats.jsonl import PathConfiner, parse_line
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 """The shard formats a dataset may mix."""

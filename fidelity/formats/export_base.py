@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.errors import UsageError
 from fidelity.formats.jsonl import json_line
-from fidelity.model import Outcome, Step, Trajectory
+from fidelity.trajectory import Outcome, Step, Trajectory
 
 PromptLayout = Literal["instruction", "conversation"]
 DATA_SOURCE_META: Final = "data_source"
@@ -40,7 +40,7 @@ EXTRA_INFO_FIELDS: Final = (
 )
 """The fields of ``extra_info``, in order; every row has all of them (null where unknown)."""
 OUTCOME_FIELDS: Final = ("success", "reward", "claimed_by", "answer")
-"""The fields of ``extra_info.outcome`` (fidelity's :class:`~fidelity.model.Outcome`)."""
+"""The fields of ``extra_info.outcome`` (fidelity's :class:`~fidelity.trajectory.Outcome`)."""
 
 TURN_FIELDS: Final = (
     "depth",

@@ -18,7 +18,7 @@ from typing import Any, get_args
 from pydantic import ValidationError
 
 from fidelity.errors import InputFormatError, NotFoundError
-from fidelity.model import Action, EnvSpec, Trajectory
+from fidelity.trajectory import Action, EnvSpec, Trajectory
 
 
 def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:

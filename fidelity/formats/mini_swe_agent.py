@@ -33,7 +33,7 @@ from fidelity.formats.swe_agent import (
     plain_fields,
     problem_statement,
 )
-from fidelity.model import CommandAction, Domain, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Domain, Observation, Step, Trajectory
 
 FORMAT_PREFIX = "mini-swe-agent"
 """What ``trajectory_format`` starts with in a mini-swe-agent file (``mini-swe-agent-1``)."""

@@ -12,7 +12,7 @@ What a row holds:
   actions are its user turns.) An agent-RL stack rolls its policy out from a prompt
   against an environment, so by default (``prompt="instruction"``) it is the system prompt
   (the trajectory's ``system_prompt``, else the options') when there is one, then one user
-  turn: the task (:attr:`~fidelity.model.Trajectory.task_instruction`) and what the agent
+  turn: the task (:attr:`~fidelity.trajectory.Trajectory.task_instruction`) and what the agent
   sees first (``env.initial_observation``). A trajectory without a task is refused there.
   ``prompt="conversation"`` appends the exported turns (the action as an assistant message,
   the observation as a user message), for stacks that train on the recorded history.
@@ -74,8 +74,8 @@ from fidelity.formats.export_base import extra_info_type as extra_info_type
 from fidelity.formats.export_base import opening as opening
 from fidelity.formats.export_base import task_of as task_of
 from fidelity.formats.jsonl import json_line, staged_file
-from fidelity.model import Outcome as Outcome
-from fidelity.model import Step, Trajectory
+from fidelity.trajectory import Outcome as Outcome
+from fidelity.trajectory import Step, Trajectory
 
 RLFormat = Literal["verl", "skyrl", "openrlhf", "slime", "sft"]
 FORMATS: Final[tuple[RLFormat, ...]] = ("verl", "skyrl", "openrlhf", "slime", "sft")

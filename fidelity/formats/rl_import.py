@@ -58,7 +58,7 @@ from fidelity.formats.rl_export import (
     RLFormat,
     arrow,
 )
-from fidelity.model import (
+from fidelity.trajectory import (
     Action,
     AndroidAction,
     BrowserAction,

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from fidelity.errors import UsageError
 from fidelity.formats import export_base
-from fidelity.model import Step, ToolAction, Trajectory
+from fidelity.trajectory import Step, ToolAction, Trajectory
 
 SFT_COLUMNS: Final = (
     "messages",

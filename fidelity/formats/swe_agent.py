@@ -1,7 +1,7 @@
 """SWE-agent trajectories (``*.traj``): ``trajectory[].action`` / ``observation`` as real steps.
 
 Each entry's ``action`` (the command the agent ran, possibly several lines)
-becomes a :class:`~fidelity.model.CommandAction` and its ``observation`` the
+becomes a :class:`~fidelity.trajectory.CommandAction` and its ``observation`` the
 real observation text (SWE-agent records no exit code). Entries with an empty
 action are left out. Files without a ``trajectory`` list (history-only files,
 as older SWE-agent versions and some demonstrations write them) are read from
@@ -27,7 +27,7 @@ from typing import Any
 
 from fidelity.errors import InputFormatError, NotFoundError
 from fidelity.formats.jsonl import nested_json
-from fidelity.model import CommandAction, Domain, Observation, Outcome, Step, Trajectory
+from fidelity.trajectory import CommandAction, Domain, Observation, Outcome, Step, Trajectory
 
 _MAX_META = 2000
 

@@ -56,7 +56,8 @@ from fidelity.compare.normalize import (
 from fidelity.errors import UsageError, writing
 from fidelity.formats.jsonl import json_line, staged_file
 from fidelity.formats.rl_export import arrow
-from fidelity.model import (
+from fidelity.store import Store, action_adapter
+from fidelity.trajectory import (
     TASK_META,
     Control,
     Domain,
@@ -65,7 +66,6 @@ from fidelity.model import (
     Step,
     Trajectory,
 )
-from fidelity.store import Store, action_adapter
 from fidelity.worldmodels.prompting import (
     AWB_META,
     Message,

@@ -18,9 +18,9 @@ from fidelity.formats.rl_export import (
     RLFormat,
     StepVerdict,
 )
-from fidelity.model import Trajectory
 from fidelity.policy import Verdict
 from fidelity.sandboxes import trajectory_backend
+from fidelity.trajectory import Trajectory
 from fidelity.trust import DatasetTrust, refuse_untrusted
 
 DEFAULT_SAMPLE: Literal["auto"] = "auto"

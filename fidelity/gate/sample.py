@@ -25,7 +25,7 @@ from fidelity.executors.ray import map_on_cluster
 from fidelity.formats.dataset import Line, shard_lines
 from fidelity.formats.jsonl import confine_paths
 from fidelity.gate.options import GateOptions, Scan, ShardInfo
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 
 if TYPE_CHECKING:
     import numpy as np

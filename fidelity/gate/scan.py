@@ -17,8 +17,8 @@ from fidelity.formats.dataset import shard_lines
 from fidelity.formats.dataset import shards as dataset_shards
 from fidelity.formats.jsonl import PathConfiner
 from fidelity.gate.options import LineRules, Scan, ShardInfo
-from fidelity.model import Trajectory
 from fidelity.task import recorded_mode
+from fidelity.trajectory import Trajectory
 
 
 def scan_dataset(

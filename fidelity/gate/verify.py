@@ -16,11 +16,11 @@ from fidelity.formats.rl_export import (
     step_verdicts,
 )
 from fidelity.gate.options import GateOptions, RealCheck, Scan, Verified
-from fidelity.model import Trajectory
 from fidelity.sandboxes import SandboxChooser, backend_for
 from fidelity.sandboxes.base import close_all
 from fidelity.store import RecordBuffer, Store
 from fidelity.task import TrajectoryTask
+from fidelity.trajectory import Trajectory
 
 
 def verified_facts(store: Store, run_id: str, with_steps: bool) -> Verified:

@@ -1,6 +1,6 @@
 """SWE-bench-family instances: their image and their grading, by the ``swebench`` package.
 
-A trajectory names an instance in ``env.instance`` (:class:`~fidelity.model.InstanceSpec`):
+A trajectory names an instance in ``env.instance`` (:class:`~fidelity.trajectory.InstanceSpec`):
 its ``instance_id``, with the record inline or found in the instances file of the run
 (``--instances``: JSONL, a JSON list or Parquet, as the HF dataset exports them).
 
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from pydantic import ValidationError
 
 from fidelity.errors import InputFormatError, SandboxError, SandboxUnavailableError
-from fidelity.model import CommandAction, EnvSpec, InstanceSpec, SweInstance
+from fidelity.trajectory import CommandAction, EnvSpec, InstanceSpec, SweInstance
 
 if TYPE_CHECKING:
     from fidelity.outcomes import RealOutcome

@@ -51,7 +51,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fidelity.errors import InputFormatError, SandboxError, UsageError
 from fidelity.harnesses import dockerfile
-from fidelity.model import CommandAction, EnvSpec, Observation
 from fidelity.sandboxes.images import (
     EnvironmentUnavailableError,
     PullPolicy,
@@ -63,6 +62,7 @@ from fidelity.sandboxes.images import (
     recipe_hash,
     withheld_variable,
 )
+from fidelity.trajectory import CommandAction, EnvSpec, Observation
 
 if TYPE_CHECKING:
     from fidelity.outcomes import RealOutcome

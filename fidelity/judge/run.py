@@ -62,9 +62,9 @@ from fidelity.judge.steps import (
     parse_scores,
     parse_verdict,
 )
-from fidelity.model import EnvSpec, Observation, Step, Trajectory
 from fidelity.store import JudgmentRecord, Store, TrajectoryRecord, action_adapter
 from fidelity.task import JudgedRecord, StoredStep, StoredVariant, TrajectoryTask, task_steps
+from fidelity.trajectory import EnvSpec, Observation, Step, Trajectory
 
 if TYPE_CHECKING:
     from fidelity.executors import ExecutorConfig

@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 from fidelity.compare.consistency import entity_source, stateful
 from fidelity.compare.entities import extract, kind_of
 from fidelity.errors import UsageError
-from fidelity.model import (
+from fidelity.trajectory import (
     Action,
     CommandAction,
     KeystrokesAction,

@@ -10,9 +10,9 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from fidelity.model import Trajectory
 from fidelity.risk.features import sample_groups, step_features
 from fidelity.risk.model import CrossFit, RiskModel, trajectory_risk
+from fidelity.trajectory import Trajectory
 
 ROUND = 6
 """Decimals of a risk in the JSON lines."""

@@ -7,7 +7,7 @@ user runs (``adb start-server``, loopback port 5037 by default) with adb's own
 command; ``host:transport:<serial>`` picks the device, ``shell:<command>``
 runs a command and streams its output until the connection closes.
 
-Actions are AndroidWorld's ``JSONAction`` (:class:`~fidelity.model.AndroidAction`),
+Actions are AndroidWorld's ``JSONAction`` (:class:`~fidelity.trajectory.AndroidAction`),
 mapped to ``input tap/swipe/text/keyevent`` and ``am start`` as AndroidWorld's
 ``actuation`` does; ``index`` names an element of the last observation.
 Observations: ``uiautomator dump`` read until two dumps are equal (bounded),
@@ -35,9 +35,9 @@ from pydantic import ConfigDict, Field
 
 from fidelity.defaults import STEP_TIMEOUT
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
-from fidelity.model import Action, AndroidAction, EnvSpec, Observation
 from fidelity.sandboxes.base import Sandbox, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
+from fidelity.trajectory import Action, AndroidAction, EnvSpec, Observation
 
 DUMP_PATH = "/sdcard/window_dump.xml"
 APPS: dict[str, str] = {

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
-from fidelity.model import Action, EnvSpec, Observation
 from fidelity.processes import alive
+from fidelity.trajectory import Action, EnvSpec, Observation
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,6 @@ from pydantic import Field, StringConstraints
 
 from fidelity.defaults import STEP_TIMEOUT
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
-from fidelity.model import SITE_NAME, Action, BrowserAction, EnvSpec, Observation, WebSite
 from fidelity.sandboxes.base import (
     Sandbox,
     dead_owner,
@@ -80,6 +79,7 @@ from fidelity.sandboxes.sites import (
     resolve_sites,
     webarena_sites,
 )
+from fidelity.trajectory import SITE_NAME, Action, BrowserAction, EnvSpec, Observation, WebSite
 from fidelity.trust import origin_of
 
 if TYPE_CHECKING:

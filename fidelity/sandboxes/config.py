@@ -22,8 +22,8 @@ from fidelity.defaults import STEP_TIMEOUT
 from fidelity.sandboxes.registry import backend
 
 if TYPE_CHECKING:
-    from fidelity.model import EnvSpec, Observation
     from fidelity.sandboxes.base import Sandbox
+    from fidelity.trajectory import EnvSpec, Observation
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ShellLimits(SandboxConfigBase):
 
 
 def _empty() -> Observation:
-    from fidelity.model import Observation
+    from fidelity.trajectory import Observation
 
     return Observation()
 

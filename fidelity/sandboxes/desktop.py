@@ -54,11 +54,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fidelity.defaults import STEP_TIMEOUT
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
-from fidelity.model import Action, CodeAction, EnvSpec, Observation
 from fidelity.resources import data_dir
 from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
+from fidelity.trajectory import Action, CodeAction, EnvSpec, Observation
 
 logger = logging.getLogger(__name__)
 

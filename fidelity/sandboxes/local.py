@@ -37,7 +37,6 @@ from typing import Literal
 from pydantic import Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
-from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
 from fidelity.sandboxes.config import ShellLimits
@@ -60,6 +59,7 @@ from fidelity.sandboxes.shell import (
     typed,
     typed_until_exit,
 )
+from fidelity.trajectory import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 
 _ROOT_PREFIX = "fidelity-local-"
 _SHOWN = {"work": f"{MOUNT} and {HOME}", "tmp": "/tmp", "shm": "/dev/shm"}

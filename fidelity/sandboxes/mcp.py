@@ -15,7 +15,7 @@ the operator trusts the dataset's commands (:attr:`McpConfig.trust_commands`, th
 unverifiable) and nothing runs. What a server prints on stderr reaches an error message
 only through :func:`~fidelity.trust.redact`, as do its answers.
 
-Actions are :class:`~fidelity.model.ToolAction`: ``tool`` is the MCP tool name
+Actions are :class:`~fidelity.trajectory.ToolAction`: ``tool`` is the MCP tool name
 (``tools/list`` lists every server's tools), ``args`` its arguments. The
 observation is what MCPMark shows an agent: ``json.dumps`` of the JSON-RPC
 ``result`` as it came over the wire, a protocol error as ``Error: Tool call
@@ -40,12 +40,12 @@ from typing import Any, Literal, TypeVar
 from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
-from fidelity.model import Action, EnvSpec, McpServer, Observation, ToolAction
 from fidelity.sandboxes import containment, mcp_servers
 from fidelity.sandboxes.base import Sandbox, dead_owner, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.images import EnvironmentUnavailableError
 from fidelity.sandboxes.mcp_jail import McpJail
+from fidelity.trajectory import Action, EnvSpec, McpServer, Observation, ToolAction
 from fidelity.trust import TRUST_FLAG, redact
 
 OWNER_ENV = "FIDELITY_MCP_OWNER"

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
-from fidelity.model import McpServer
 from fidelity.resources import data_dir
 from fidelity.sandboxes.base import dead_owner
 from fidelity.sandboxes.images import cache_dir
+from fidelity.trajectory import McpServer
 
 Log = Callable[[str], None]
 OWNER_FILE = ".fidelity-mcp-owner"

@@ -20,10 +20,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from fidelity.model import EnvSpec
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.sandbox import DockerSandbox
+from fidelity.trajectory import EnvSpec
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fidelity.errors import SandboxUnavailableError, UsageError
 
 if TYPE_CHECKING:
-    from fidelity.model import EnvSpec
+    from fidelity.trajectory import EnvSpec
 
 logger = logging.getLogger(__name__)
 

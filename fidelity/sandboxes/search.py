@@ -22,10 +22,10 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from fidelity.errors import SandboxError
-from fidelity.model import Action, EnvSpec, Observation, ToolAction
 from fidelity.sandboxes.base import Sandbox, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.search_engines import Engine, Hit, open_engine
+from fidelity.trajectory import Action, EnvSpec, Observation, ToolAction
 
 ENGINE_URL_ENV = "FIDELITY_SEARCH_ENGINE_URL"
 """Environment variable naming an HTTP search service (the CLI's way to set ``engine_url``)."""

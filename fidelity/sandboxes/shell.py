@@ -27,7 +27,7 @@ The protocol (:class:`ShellSession`):
   command that runs too long, end of file one whose shell died, and a *watch*
   callback, called twice a second, one that ran into a limit.
 
-Both backends turn what came back into the step's :class:`~fidelity.model.Observation`
+Both backends turn what came back into the step's :class:`~fidelity.trajectory.Observation`
 with the same functions: :func:`finished` (the status arrived), :func:`exited` (the shell
 died), :func:`cut_short` (deadline or limit), :func:`typed` and :func:`typed_until_exit`
 (keystrokes, read by :meth:`ShellSession.read_keys`); :func:`run_setup` runs an
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from fidelity.errors import SetupFailedError
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 STATUS_FD = 3
 MARK_FD = 4

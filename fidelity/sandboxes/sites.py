@@ -41,9 +41,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
-from fidelity.model import EnvSpec, WebSite
 from fidelity.resources import data_dir
 from fidelity.sandboxes.images import EnvironmentUnavailableError, cache_dir
+from fidelity.trajectory import EnvSpec, WebSite
 from fidelity.trust import TRUST_FLAG, origin_of, redact, scrubbed_environment
 
 OWNER_FLAG = "--fidelity-owner"

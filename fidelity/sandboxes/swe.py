@@ -7,7 +7,7 @@ pinned hash and tagged ``fidelity-pin``. A trajectory names its project in
 (e.g. planting the bug to fix) and whatever it changed is committed as the
 baseline, so diffs show only the agent's edits (as the SWE-bench harness does).
 
-Tools (:class:`~fidelity.model.ToolAction`, or a plain command):
+Tools (:class:`~fidelity.trajectory.ToolAction`, or a plain command):
 
 - ``bash`` (``command``): a shell command, as a :class:`CommandAction`;
 - ``str_replace_editor``: SWE-agent's editor (view, create, str_replace,
@@ -34,11 +34,11 @@ from typing import Any
 
 from fidelity.compare.swe import diff_files, pass_fail_map
 from fidelity.errors import SandboxError
-from fidelity.model import Action, CommandAction, EnvSpec, Observation, ToolAction
 from fidelity.resources import data_dir
 from fidelity.sandboxes.docker.archive import workdir_archive
 from fidelity.sandboxes.docker.sandbox import DockerSandbox
 from fidelity.sandboxes.shell import CONTROL, quote
+from fidelity.trajectory import Action, CommandAction, EnvSpec, Observation, ToolAction
 
 REPOS = "/repos"
 PIN_TAG = "fidelity-pin"

@@ -63,8 +63,8 @@ from fidelity.store.schema import (
 if TYPE_CHECKING:
     from _typeshed import SupportsFlush
 
-    from fidelity.model import Observation
     from fidelity.outcomes import RealOutcome
+    from fidelity.trajectory import Observation
 
 CHECKPOINT_THRESHOLD = "1MB"
 """Write-ahead log size at which a writer folds it into the database file. Small, so that a
@@ -342,7 +342,7 @@ class Store:
 
     def real_observations(self, run_id: str) -> dict[str, list[Observation]]:
         """The real observations of every trajectory of *run_id* stored whole, in depth order."""
-        from fidelity.model import Observation
+        from fidelity.trajectory import Observation
 
         rows = self.connection.execute(
             """SELECT o.trajectory_id, o.text, o.exit_code, o.cwd, o.timed_out, o.truncated, o.error,
@@ -390,7 +390,7 @@ class Store:
 
     def replayed(self, run_id: str) -> dict[str, StoredReplay]:
         """The real sides stored by :meth:`write_replayed` and not yet completed, by id."""
-        from fidelity.model import Observation
+        from fidelity.trajectory import Observation
 
         rows = self.connection.execute(
             """SELECT t.trajectory_id, t.env, t.error, t.real_seconds, o.text, o.exit_code, o.cwd,

@@ -12,18 +12,18 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
     from fidelity.compare.base import StepComparison
-    from fidelity.model import Action, Observation, Trajectory
     from fidelity.outcomes import RealOutcome
+    from fidelity.trajectory import Action, Observation, Trajectory
 
 
 @functools.cache
 def action_adapter() -> TypeAdapter[Action]:
     """Validates one stored action; built on first use. Reading commands never parse actions,
-    so the store loads no model of :mod:`fidelity.model` until a method needs one (``fidelity
+    so the store loads no model of :mod:`fidelity.trajectory` until a method needs one (``fidelity
     runs`` builds no pydantic model)."""
     from pydantic import TypeAdapter
 
-    from fidelity.model import Action
+    from fidelity.trajectory import Action
 
     return TypeAdapter(Action)
 

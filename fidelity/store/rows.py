@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     import numpy
 
     from fidelity.compare.base import StepComparison
-    from fidelity.model import Trajectory
     from fidelity.outcomes import RealOutcome
+    from fidelity.trajectory import Trajectory
 
 
 class _Batch:

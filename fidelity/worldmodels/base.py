@@ -7,7 +7,7 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Self
 
-from fidelity.model import Action, Observation, Step, Trajectory
+from fidelity.trajectory import Action, Observation, Step, Trajectory
 
 
 class Mode(StrEnum):

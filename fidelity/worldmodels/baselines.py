@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fidelity.errors import NotFoundError, UsageError
-from fidelity.model import Action, CommandAction, Observation, Step, Trajectory, stable_hash
+from fidelity.trajectory import Action, CommandAction, Observation, Step, Trajectory, stable_hash
 from fidelity.worldmodels.base import WorldModel
 
 if TYPE_CHECKING:

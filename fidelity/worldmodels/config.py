@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fidelity.defaults import MAX_RETRIES, MAX_TOKENS, REQUEST_DEADLINE, REQUEST_TIMEOUT, TOP_K
 
 if TYPE_CHECKING:
-    from fidelity.model import Trajectory
+    from fidelity.trajectory import Trajectory
     from fidelity.worldmodels.base import WorldModel
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@
   wrong. The text distance is ``1 - normalized Indel similarity`` (rapidfuzz
   ``fuzz.ratio / 100``) on the raw texts: simple, domain-independent, and the
   same for both figures.
-- **Controllability.** Steps carrying a :class:`~fidelity.model.Control` with
+- **Controllability.** Steps carrying a :class:`~fidelity.trajectory.Control` with
   a check (``expect`` or ``exit_code``) count as obeyed or not; this is kept
   apart from fidelity, since an obeyed control is by design unlike reality.
 """
@@ -20,7 +20,7 @@ from statistics import fmean
 from pydantic import BaseModel, ConfigDict, Field
 from rapidfuzz import fuzz
 
-from fidelity.model import Observation, Trajectory
+from fidelity.trajectory import Observation, Trajectory
 
 
 class SampleSpread(BaseModel):

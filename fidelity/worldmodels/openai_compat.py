@@ -9,7 +9,7 @@ SDK, so no garbage can escape as a decoding error. While the endpoint is
 otherwise healthy a backoff never exceeds its typical latency (see
 :class:`RetryPolicy` and :class:`EndpointHealth`): a few unlucky steps do not
 hold a run's tail. A request that finally fails becomes an
-:class:`~fidelity.model.Observation` whose ``error`` names the error class and
+:class:`~fidelity.trajectory.Observation` whose ``error`` names the error class and
 what came back; only an endpoint that refuses every connection attempt raises
 :class:`~fidelity.errors.EndpointUnreachableError`.
 """
@@ -38,7 +38,7 @@ from fidelity.errors import (
     UsageError,
     WorldModelError,
 )
-from fidelity.model import Action, Observation, Step, Trajectory
+from fidelity.trajectory import Action, Observation, Step, Trajectory
 from fidelity.worldmodels.base import WorldModel
 from fidelity.worldmodels.cache import BatchedLookup, ResponseCache, request_key
 from fidelity.worldmodels.prompting import AWB_META, build_messages, parse_prediction, prompt_set

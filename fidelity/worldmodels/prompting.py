@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.errors import MalformedPredictionError, UnknownDomainError
-from fidelity.model import TASK_META as TASK_META
-from fidelity.model import (
+from fidelity.resources import data_dir
+from fidelity.trajectory import TASK_META as TASK_META
+from fidelity.trajectory import (
     Action,
     AndroidAction,
     BrowserAction,
@@ -46,7 +47,6 @@ from fidelity.model import (
     ToolAction,
     Trajectory,
 )
-from fidelity.resources import data_dir
 from fidelity.worldmodels import base
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ Message = dict[str, str]
 #: The ``meta`` key of trajectories imported from AgentWorldBench (the original record).
 AWB_META = "agentworldbench"
 #: ``TASK_META`` (imported above): the ``meta`` key older files hold the task instruction in;
-#: turn 1 shows :attr:`~fidelity.model.Trajectory.task_instruction` (``instruction`` first).
+#: turn 1 shows :attr:`~fidelity.trajectory.Trajectory.task_instruction` (``instruction`` first).
 #: The ``meta`` key of a simulated recording that predicted only this 1-based turn
 #: (defined next to :class:`~fidelity.worldmodels.base.Mode`: ``fidelity diff`` reads it
 #: without loading the prompt templates).

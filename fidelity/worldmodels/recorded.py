@@ -8,7 +8,7 @@ prediction with the observation recorded for the same trajectory id and depth.
 from __future__ import annotations
 
 from fidelity.errors import NotFoundError, UsageError, WorldModelError
-from fidelity.model import Action, Observation, Step, Trajectory, stable_hash
+from fidelity.trajectory import Action, Observation, Step, Trajectory, stable_hash
 from fidelity.worldmodels.base import WorldModel
 
 _SHOWN = 80

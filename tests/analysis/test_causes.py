@@ -13,7 +13,7 @@ from fidelity.analysis.causes import CAUSES, Drifting, cause_of
 from fidelity.cli import app
 from fidelity.compare import CompareContext, get_comparator
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import CommandAction, Observation, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Trajectory
 
 
 def _drifting(

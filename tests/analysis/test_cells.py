@@ -11,8 +11,8 @@ from fakes.trajectories import command_trajectory
 from fidelity.analysis.cells import bootstrap_rate, trajectory_horizons
 from fidelity.analysis.summary import summarize
 from fidelity.compare.base import StepComparison
-from fidelity.model import Observation
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import Observation
 from tests.test_store import INFO
 
 

@@ -8,8 +8,8 @@ from fakes.trajectories import command_trajectory
 from fidelity.analysis.models import DepthRow
 from fidelity.analysis.summary import summarize, trust_horizon
 from fidelity.compare.base import StepComparison
-from fidelity.model import Observation
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import Observation
 from tests.test_store import INFO
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from devsets.samples import DAYS, MONTHS, Run
 from fidelity.compare import CompareContext
-from fidelity.model import CommandAction, Observation, Step
+from fidelity.trajectory import CommandAction, Observation, Step
 
 __all__ = ["DAYS", "MONTHS", "OUTPUTS", "Run", "context", "obs"]
 

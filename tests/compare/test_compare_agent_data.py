@@ -20,7 +20,7 @@ from fidelity.compare.consistency import check_consistency
 from fidelity.compare.entities import extract
 from fidelity.compare.normalize import normalize
 from fidelity.compare.web import parse_tree, tree_entities
-from fidelity.model import CommandAction, Observation, Step
+from fidelity.trajectory import CommandAction, Observation, Step
 
 
 def ctx(command: str, history: list[Step] | None = None) -> CompareContext:

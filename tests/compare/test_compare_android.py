@@ -9,7 +9,7 @@ import pytest
 from fidelity.compare import AndroidComparator
 from fidelity.compare.android import raw_elements, rounded_bounds, volatile_kind
 from fidelity.compare.base import CompareContext
-from fidelity.model import Observation, TextAction
+from fidelity.trajectory import Observation, TextAction
 
 CONTEXT = CompareContext(action=TextAction(text='{"action_type": "click", "index": 4}'))
 

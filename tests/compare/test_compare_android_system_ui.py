@@ -12,7 +12,7 @@ from fidelity.compare.android import (
     system_ui,
 )
 from fidelity.compare.base import CompareContext
-from fidelity.model import AndroidAction, Observation
+from fidelity.trajectory import AndroidAction, Observation
 
 WAIT = CompareContext(action=AndroidAction(action_type="wait"))
 

@@ -8,7 +8,7 @@ from devsets.calibration.devset import CORRUPTIONS, build_pairs
 from devsets.calibration.fit import choose_cutoff, split
 from fidelity.compare import CompareContext, TerminalComparator
 from fidelity.compare.calibration import FEATURES, load_calibration
-from fidelity.model import CommandAction, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 LS = (
     "total 12\n-rw-r--r-- 1 agent agent 229 Nov 21 00:00 Makefile\n"

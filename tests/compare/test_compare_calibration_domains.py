@@ -24,7 +24,7 @@ from fidelity.compare.calibration import (
 )
 from fidelity.compare.config import CompareConfig
 from fidelity.compare.swe import pass_fail_map
-from fidelity.model import CommandAction, Observation, Step, TextAction, ToolAction
+from fidelity.trajectory import CommandAction, Observation, Step, TextAction, ToolAction
 
 PAGE = """\
 # url: 'http://localhost:8000/books'

@@ -11,7 +11,7 @@ from devsets.calibration.devset_tools import MCP_CORRUPTIONS, SEARCH_CORRUPTIONS
 from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.calibration import load_calibration
-from fidelity.model import Observation, Step, ToolAction
+from fidelity.trajectory import Observation, Step, ToolAction
 
 RESULTS = "\n\n".join(
     f"[{n}] https://docs.python.org/3.11/library/m{n}.html\nTitle: m{n} — module {n}\n"

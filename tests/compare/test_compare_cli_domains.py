@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Domain, Observation, Step, TextAction, Trajectory
+from fidelity.trajectory import Domain, Observation, Step, TextAction, Trajectory
 
 runner = CliRunner()
 CONTRACT = {"trajectory_id", "step", "domain", "score", "drift", "hallucinations", "omissions"}

@@ -8,7 +8,7 @@ import pytest
 
 from fidelity.compare import CompareContext, TerminalComparator, get_comparator, load_compare_config
 from fidelity.errors import UsageError
-from fidelity.model import CommandAction, Observation
+from fidelity.trajectory import CommandAction, Observation
 
 
 def test_user_rule_and_disabled_rule(tmp_path: Path) -> None:

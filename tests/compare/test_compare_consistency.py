@@ -6,7 +6,7 @@ from fidelity import pipeline
 from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.consistency import check_consistency, stateful
-from fidelity.model import CommandAction, Domain, Observation, Step, TextAction, Trajectory
+from fidelity.trajectory import CommandAction, Domain, Observation, Step, TextAction, Trajectory
 from fidelity.worldmodels.base import Mode
 
 

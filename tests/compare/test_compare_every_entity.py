@@ -15,7 +15,7 @@ from fidelity.compare.entities import MAX_ENTITIES
 from fidelity.compare.swe import SweComparator
 from fidelity.diffing import diff_files
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import CommandAction, Domain, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Domain, Observation, Step, Trajectory
 
 REAL = "".join(f"module_{i:02d}.py\n" for i in range(5))
 INVENTED = "".join(f"invented_{i:02d}.py\n" for i in range(45))

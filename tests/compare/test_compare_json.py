@@ -8,7 +8,7 @@ from typing import Any
 from fidelity.compare import JsonComparator, get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.jsondata import parse_json
-from fidelity.model import Observation, TextAction
+from fidelity.trajectory import Observation, TextAction
 
 CONTEXT = CompareContext(
     action=TextAction(

@@ -7,7 +7,7 @@ import json
 
 from fidelity.compare.base import CompareContext
 from fidelity.compare.osworld import ElementSetComparator
-from fidelity.model import Observation, TextAction
+from fidelity.trajectory import Observation, TextAction
 
 CONTEXT = CompareContext(action=TextAction(text="pyautogui.hotkey('ctrl', 's')"))
 

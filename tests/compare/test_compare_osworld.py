@@ -8,8 +8,8 @@ from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.calibration import comparison_vector, load_calibration
 from fidelity.compare.osworld import OsComparator, normalize
-from fidelity.model import CodeAction, Observation
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
+from fidelity.trajectory import CodeAction, Observation
 
 ST = "https://accessibility.ubuntu.example.org/ns/state"
 CP = "https://accessibility.ubuntu.example.org/ns/component"

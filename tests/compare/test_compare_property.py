@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fidelity.compare import get_comparator, supported_domains
 from fidelity.compare.base import CompareContext
-from fidelity.model import (
+from fidelity.trajectory import (
     Action,
     AndroidAction,
     BrowserAction,

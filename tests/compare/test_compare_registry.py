@@ -11,7 +11,7 @@ from fidelity.compare import (
     supported_domains,
 )
 from fidelity.errors import UnknownDomainError, UsageError
-from fidelity.model import Domain
+from fidelity.trajectory import Domain
 
 
 def test_terminal_comparator_is_registered() -> None:

@@ -9,7 +9,7 @@ import pytest
 from fidelity.compare import SearchComparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.search import canonical_date, kendall_tau, parse_results
-from fidelity.model import Observation, TextAction
+from fidelity.trajectory import Observation, TextAction
 
 CONTEXT = CompareContext(action=TextAction(text='search("python dataclass default factory")'))
 

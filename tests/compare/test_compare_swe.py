@@ -5,7 +5,7 @@ from __future__ import annotations
 from fidelity.compare import SweComparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.swe import diff_files, pass_fail_map
-from fidelity.model import CommandAction, Observation
+from fidelity.trajectory import CommandAction, Observation
 
 PYTEST = """\
 ============================= test session starts ==============================

@@ -9,7 +9,7 @@ from compare_samples import OUTPUTS, Run, context, ls_la_output, obs
 
 from fidelity.compare import TerminalComparator
 from fidelity.compare.terminal import DEFAULT_THRESHOLD, entity_diff, similarity
-from fidelity.model import KeystrokesAction, Observation
+from fidelity.trajectory import KeystrokesAction, Observation
 
 
 @pytest.mark.parametrize("name", sorted(OUTPUTS))

@@ -7,7 +7,7 @@ import pytest
 from fidelity.compare import WebComparator, get_comparator
 from fidelity.compare.base import CompareContext
 from fidelity.compare.web import parse_tree, strip_bids
-from fidelity.model import Observation, Step, TextAction
+from fidelity.trajectory import Observation, Step, TextAction
 
 PAGE = """\
 [1] RootWebArea 'Shop - Cart', focused, url='http://localhost:8123/cart'

@@ -27,7 +27,7 @@ from fidelity.compare.consistency import (
 )
 from fidelity.compare.entities import extract, extract_among
 from fidelity.compare.terminal import entities_held, lines_holding
-from fidelity.model import Observation, Trajectory
+from fidelity.trajectory import Observation, Trajectory
 from tests.conftest import unavailable
 
 

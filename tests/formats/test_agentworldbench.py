@@ -32,8 +32,8 @@ from fidelity.formats.agentworldbench import (
 )
 from fidelity.formats.convert import import_trajectories
 from fidelity.formats.jsonl import read_trajectories, split_lines
-from fidelity.model import AndroidAction, KeystrokesAction, ToolAction
 from fidelity.pipeline import SimConfig
+from fidelity.trajectory import AndroidAction, KeystrokesAction, ToolAction
 from fidelity.worldmodels.base import Mode
 
 DATA = Path(__file__).parent / "data" / "agentworldbench"

@@ -13,8 +13,8 @@ import zstandard
 from fidelity.errors import InputFormatError
 from fidelity.formats.dataset import lines
 from fidelity.formats.jsonl import MAX_DEPTH, dump_line, parse_line
-from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.pipeline import load_suite
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 
 def _trajectory(tid: str) -> Trajectory:

@@ -16,7 +16,7 @@ from fidelity.formats.jsonl import dump_line
 from fidelity.gate import GateOptions, gate_dataset, load_policy
 from fidelity.gate.sample import design_of, plan
 from fidelity.gate.scan import scan_dataset
-from fidelity.model import CommandAction, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 
 def _trajectory(tid: str, steps: int = 2) -> Trajectory:

@@ -10,7 +10,7 @@ import pytest
 from fakes.trajectories import command_trajectory
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 
 GOOD = {
     "id": "t1",
@@ -139,7 +139,7 @@ def test_path_confiner_resolves_each_path_once_and_leaves_pathless_trajectories_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fidelity.formats import jsonl
-    from fidelity.model import EnvSpec
+    from fidelity.trajectory import EnvSpec
 
     (tmp_path / "work").mkdir()
     (tmp_path / "setup.sh").write_text("true\n")

@@ -7,7 +7,7 @@ import json
 from fakes.trajectories import command_trajectory
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import _parse_checked, parse_line
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 
 
 def _checked(line: str) -> Trajectory | str:

@@ -12,7 +12,7 @@ from fidelity.errors import InputFormatError
 from fidelity.formats.convert import import_trajectories, sniff_format
 from fidelity.formats.jsonl import read_trajectories
 from fidelity.formats.mini_swe_agent import read_mini_swe_agent
-from fidelity.model import CommandAction
+from fidelity.trajectory import CommandAction
 from tests.conftest import unavailable
 
 DATA = Path(__file__).parent / "data"

@@ -30,7 +30,7 @@ from fidelity.formats.rl_export import (
     step_verdicts,
     suffix,
 )
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 from tests.conftest import require_module
 
 LONG = "x" * 3_000_000 + "\nend\n"  # a very long observation (3 MB)

@@ -24,7 +24,7 @@ from fidelity.formats.rl_export import (
     suffix,
 )
 from fidelity.formats.rl_import import rebuild_action
-from fidelity.model import Outcome, ToolAction, Trajectory
+from fidelity.trajectory import Outcome, ToolAction, Trajectory
 from fidelity.worldmodels.prompting import TASK_META
 from tests.conftest import require_module
 

@@ -21,7 +21,7 @@ from fidelity.formats.rl_export import (
     suffix,
 )
 from fidelity.formats.sft_export import MESSAGE_FIELDS, SFT_COLUMNS, sft_schema
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 from tests.conftest import require_module
 
 SYSTEM = "You are a shell agent. One command a turn."

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from fidelity.formats.rl_export import ExportOptions, RLWriter, TrajectoryFidelity
-from fidelity.model import Outcome, Trajectory
+from fidelity.trajectory import Outcome, Trajectory
 from tests.conftest import require_module
 
 pytestmark = pytest.mark.slow

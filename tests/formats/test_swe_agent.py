@@ -11,7 +11,7 @@ from fidelity.errors import InputFormatError
 from fidelity.formats.convert import import_trajectories
 from fidelity.formats.jsonl import read_trajectories
 from fidelity.formats.swe_agent import read_swe_agent
-from fidelity.model import CommandAction
+from fidelity.trajectory import CommandAction
 from tests.conftest import unavailable
 
 TRAJ = Path(__file__).parent / "data" / "swe_agent" / "astropy__astropy-12907.traj"

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories
-from fidelity.model import Observation
+from fidelity.trajectory import Observation
 from fidelity.worldmodels.prompting import build_messages, render_answer
 from tests.conftest import require_module
 

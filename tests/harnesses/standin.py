@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fidelity.harnesses.swebench import image_name
-from fidelity.model import SweInstance
 from fidelity.sandboxes.images import docker_client, ensure_image
+from fidelity.trajectory import SweInstance
 
 INSTANCE_ID = "kjd__idna-90001"
 """A stand-in instance id in the dataset's owner__repo-number shape (no such PR is meant)."""

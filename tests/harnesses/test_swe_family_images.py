@@ -23,7 +23,12 @@ from fidelity.cli import app
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.harnesses.swebench import grade, image_name, load_instances, options, resolve
-from fidelity.model import (
+from fidelity.pipeline import replay_or_fail
+from fidelity.sandboxes import sandbox_config
+from fidelity.sandboxes.base import Sandbox
+from fidelity.sandboxes.images import docker_client
+from fidelity.sandboxes.pool import close_pools
+from fidelity.trajectory import (
     Action,
     CommandAction,
     EnvSpec,
@@ -34,11 +39,6 @@ from fidelity.model import (
     SweInstance,
     Trajectory,
 )
-from fidelity.pipeline import replay_or_fail
-from fidelity.sandboxes import sandbox_config
-from fidelity.sandboxes.base import Sandbox
-from fidelity.sandboxes.images import docker_client
-from fidelity.sandboxes.pool import close_pools
 from tests.harnesses import standin
 
 GYM_ID = "python__mypy-15413"

@@ -18,7 +18,12 @@ from fidelity.batch import replay_suite
 from fidelity.cli import app
 from fidelity.diffing import diff_files
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import (
+from fidelity.pipeline import Replayed, replay_or_fail
+from fidelity.sandboxes import sandbox_config
+from fidelity.sandboxes.docker import LABEL_OWNER
+from fidelity.sandboxes.images import docker_client
+from fidelity.sandboxes.pool import close_pools
+from fidelity.trajectory import (
     CommandAction,
     EnvSpec,
     InstanceSpec,
@@ -26,11 +31,6 @@ from fidelity.model import (
     Step,
     Trajectory,
 )
-from fidelity.pipeline import Replayed, replay_or_fail
-from fidelity.sandboxes import sandbox_config
-from fidelity.sandboxes.docker import LABEL_OWNER
-from fidelity.sandboxes.images import docker_client
-from fidelity.sandboxes.pool import close_pools
 from tests.harnesses import standin
 from tests.harnesses.conftest import MISSING_ID
 

@@ -17,7 +17,9 @@ from fidelity.cli import app
 from fidelity.errors import InputFormatError
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.harnesses.swebench import grade, image_name, load_instances
-from fidelity.model import (
+from fidelity.pipeline import failed_replay
+from fidelity.sandboxes.base import Sandbox
+from fidelity.trajectory import (
     Action,
     CommandAction,
     EnvSpec,
@@ -27,8 +29,6 @@ from fidelity.model import (
     SweInstance,
     Trajectory,
 )
-from fidelity.pipeline import failed_replay
-from fidelity.sandboxes.base import Sandbox
 
 ID = "psf__requests-2317"
 

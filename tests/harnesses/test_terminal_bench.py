@@ -19,12 +19,12 @@ from fidelity.diffing import diff_files
 from fidelity.errors import InputFormatError
 from fidelity.gate import GateOptions, gate_dataset, load_policy
 from fidelity.harnesses.terminal_bench import parse_pytest
-from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
 from fidelity.pipeline import load_suite, replay_or_fail, unverifiable_reason
 from fidelity.resources import data_dir
 from fidelity.sandboxes.docker import DockerConfig
 from fidelity.sandboxes.pool import close_pools
 from fidelity.store import Store
+from fidelity.trajectory import CommandAction, EnvSpec, Step, Trajectory
 from tests.conftest import no_new_containers
 
 TASKS = data_dir("suites") / "terminal" / "tasks"

@@ -21,10 +21,10 @@ import pytest
 from fidelity.errors import InputFormatError
 from fidelity.harnesses import dockerfile
 from fidelity.harnesses.terminal_bench import load_task
-from fidelity.model import CommandAction, EnvSpec, Step, Trajectory
 from fidelity.pipeline import Replayed, load_suite, replay_or_fail, unverifiable_reason
 from fidelity.resources import data_dir
 from fidelity.sandboxes.docker import DockerConfig
+from fidelity.trajectory import CommandAction, EnvSpec, Step, Trajectory
 from tests.conftest import no_new_containers
 from tests.loopback_registry import LoopbackRegistry, loopback_registry
 

@@ -25,7 +25,7 @@ import duckdb
 
 from fidelity.compare.base import StepComparison
 from fidelity.errors import NotFoundError, StoreError
-from fidelity.model import Observation, Trajectory
+from fidelity.trajectory import Observation, Trajectory
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = "fidelity.duckdb"

@@ -12,10 +12,10 @@ from fakes.trajectories import command_trajectory
 from fidelity.analysis.models import RunSummary
 from fidelity.analysis.summary import summarize
 from fidelity.compare.base import StepComparison
-from fidelity.model import Observation
 from fidelity.report import write_report
 from fidelity.sandboxes.browser import CHROMIUM_FLAGS, BrowserConfig
 from fidelity.store import Store, TimedObservation, TrajectoryRecord
+from fidelity.trajectory import Observation
 from tests.conftest import require_binary, require_module
 from tests.report.conftest import PAYLOADS
 from tests.test_store import INFO

@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import CommandAction, Observation, Step, Trajectory
 from fidelity.risk import prior_model, step_features, trajectory_risk
 from fidelity.risk_data import fit_on_run
 from fidelity.store import Store
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 runner = CliRunner()
 

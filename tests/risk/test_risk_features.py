@@ -7,7 +7,9 @@ import math
 import pytest
 
 from fidelity.errors import UsageError
-from fidelity.model import (
+from fidelity.risk import FEATURES, StepFeatures, action_key, sample_groups, step_features
+from fidelity.risk.features import read_only, shape_of
+from fidelity.trajectory import (
     BrowserAction,
     CommandAction,
     KeystrokesAction,
@@ -17,8 +19,6 @@ from fidelity.model import (
     ToolAction,
     Trajectory,
 )
-from fidelity.risk import FEATURES, StepFeatures, action_key, sample_groups, step_features
-from fidelity.risk.features import read_only, shape_of
 
 
 def trajectory(*steps: tuple[str, str | None], **meta: object) -> Trajectory:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fidelity.model import CommandAction, EnvSpec, KeystrokesAction
 from fidelity.sandboxes.base import Sandbox
+from fidelity.trajectory import CommandAction, EnvSpec, KeystrokesAction
 
 EnvOf = Callable[..., EnvSpec]
 """Builds the EnvSpec a conformance test resets to from its fields (``workdir``, ``setup``)."""

@@ -21,8 +21,8 @@ from collections.abc import Callable
 import pytest
 
 from fidelity.errors import SandboxError
-from fidelity.model import Action, EnvSpec, Observation
 from fidelity.sandboxes.base import Sandbox
+from fidelity.trajectory import Action, EnvSpec, Observation
 
 Leftovers = Callable[[Sandbox], list[str]]
 

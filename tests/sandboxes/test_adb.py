@@ -15,7 +15,6 @@ import pytest
 from fidelity.compare.android import AndroidComparator
 from fidelity.compare.base import CompareContext
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
-from fidelity.model import AndroidAction, CodeAction, EnvSpec
 from fidelity.pipeline import load_suite
 from fidelity.resources import data_dir
 from fidelity.sandboxes import backend_for, get_sandbox
@@ -26,6 +25,7 @@ from fidelity.sandboxes.adb import (
     input_text_argument,
     ui_elements,
 )
+from fidelity.trajectory import AndroidAction, CodeAction, EnvSpec
 from tests.sandboxes.adb_double import SERIAL, AdbDouble
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 

@@ -17,11 +17,11 @@ from fakes.world_model import FakeLLM
 from fidelity.audit import AuditConfig, run_audit
 from fidelity.compare.web import parse_tree, strip_bids
 from fidelity.errors import UsageError
-from fidelity.model import BrowserAction, EnvSpec, Observation
 from fidelity.pipeline import SimConfig, load_suite
 from fidelity.resources import default_suite
 from fidelity.sandboxes import get_sandbox
 from fidelity.sandboxes.browser import BrowserConfig, BrowserSandbox, _marked_processes, sweep_stale
+from fidelity.trajectory import BrowserAction, EnvSpec, Observation
 from tests.conftest import require_binary, require_module, unavailable
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 

@@ -9,8 +9,8 @@ import pytest
 
 from fidelity.batch import replay_suite
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import BrowserAction, EnvSpec, Step, Trajectory
 from fidelity.sandboxes.browser import BrowserConfig
+from fidelity.trajectory import BrowserAction, EnvSpec, Step, Trajectory
 from tests.conftest import require_binary, require_module
 
 pytestmark = pytest.mark.browser

@@ -12,13 +12,13 @@ import pytest
 from fidelity.compare.base import CompareContext
 from fidelity.compare.web import WebComparator
 from fidelity.errors import SandboxUnavailableError, UsageError
-from fidelity.model import Observation, Trajectory
 from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
 from fidelity.sandboxes import get_sandbox
 from fidelity.sandboxes.browser import BrowserConfig
 from fidelity.sandboxes.packaged_sites import build_inventory
 from fidelity.sandboxes.sites import SiteProcess, project_dir
+from fidelity.trajectory import Observation, Trajectory
 from tests.conftest import IN_CI, require_binary, require_module
 
 pytestmark = pytest.mark.browser

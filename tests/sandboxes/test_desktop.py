@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from fidelity.errors import SandboxError, UsageError
-from fidelity.model import CodeAction, CommandAction, EnvSpec, Observation
 from fidelity.pipeline import load_suite
 from fidelity.resources import data_dir
 from fidelity.sandboxes import backend_for, get_sandbox
@@ -32,6 +31,7 @@ from fidelity.sandboxes.desktop import (
     pids_with_token,
 )
 from fidelity.sandboxes.desktop_tree import HEADER, linearize, parse_table, parse_xml, rows
+from fidelity.trajectory import CodeAction, CommandAction, EnvSpec, Observation
 from tests.conftest import require_binary
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 
@@ -327,7 +327,7 @@ def test_unknown_project_and_registry(desktop: None) -> None:
 
 _CHILD = """
 import sys, time
-from fidelity.model import EnvSpec
+from fidelity.trajectory import EnvSpec
 from fidelity.sandboxes.desktop import DesktopSandbox
 box = DesktopSandbox()
 box.reset(EnvSpec(backend="desktop", project="terminal"))

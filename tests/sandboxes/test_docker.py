@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from fidelity.errors import SandboxError
-from fidelity.model import CommandAction, EnvSpec
 from fidelity.sandboxes import get_sandbox, sweep
 from fidelity.sandboxes.docker import (
     LABEL_HOST,
@@ -25,6 +24,7 @@ from fidelity.sandboxes.docker import (
     _none_labelled,
 )
 from fidelity.sandboxes.images import docker_client, ensure_image
+from fidelity.trajectory import CommandAction, EnvSpec
 from tests.conftest import owned_containers
 from tests.sandboxes.conformance import *  # noqa: F403 - the shared conformance suite
 from tests.sandboxes.conformance import run

@@ -11,11 +11,11 @@ import pytest
 
 from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
-from fidelity.model import CommandAction, EnvSpec, Step, ToolAction, Trajectory
 from fidelity.pipeline import replay, replay_or_fail, unverifiable_reason
 from fidelity.sandboxes.docker import DockerConfig, DockerSandbox, ImageUnsuitableError
 from fidelity.sandboxes.images import ensure_image
 from fidelity.sandboxes.pool import new_sandbox
+from fidelity.trajectory import CommandAction, EnvSpec, Step, ToolAction, Trajectory
 from tests.conftest import no_new_containers
 
 pytestmark = pytest.mark.docker

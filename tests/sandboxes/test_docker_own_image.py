@@ -18,10 +18,10 @@ import pytest
 
 from fakes.trajectories import command_trajectory
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import Action, CommandAction, EnvSpec
 from fidelity.sandboxes.base import Sandbox
 from fidelity.sandboxes.docker import LABEL_OWNER, DockerConfig, DockerSandbox
 from fidelity.sandboxes.images import base_tag, docker_client, ensure_base
+from fidelity.trajectory import Action, CommandAction, EnvSpec
 from tests.sandboxes.conformance import *  # noqa: F403 - the shared conformance suite
 from tests.sandboxes.conformance import EnvOf, run
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - the lifecycle half

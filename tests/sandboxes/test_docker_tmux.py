@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fidelity.model import CommandAction, EnvSpec, KeystrokesAction
 from fidelity.sandboxes.docker import DockerConfig, DockerSandbox
 from fidelity.sandboxes.images import ensure_image
+from fidelity.trajectory import CommandAction, EnvSpec, KeystrokesAction
 
 pytestmark = pytest.mark.docker
 

@@ -20,16 +20,6 @@ from pydantic import ValidationError
 
 from fidelity.compare import get_comparator
 from fidelity.compare.base import CompareContext
-from fidelity.model import (
-    CommandAction,
-    EnvSpec,
-    InstanceSpec,
-    KeystrokesAction,
-    Observation,
-    Step,
-    SweInstance,
-    Trajectory,
-)
 from fidelity.pipeline import Replayed, replay, replay_or_fail, unverifiable_reason
 from fidelity.sandboxes import docker as docker_backend
 from fidelity.sandboxes.docker import LABEL_OWNER, DockerConfig, DockerSandbox
@@ -41,6 +31,16 @@ from fidelity.sandboxes.images import (
     withheld_variable,
 )
 from fidelity.sandboxes.pool import close_pools, new_sandbox
+from fidelity.trajectory import (
+    CommandAction,
+    EnvSpec,
+    InstanceSpec,
+    KeystrokesAction,
+    Observation,
+    Step,
+    SweInstance,
+    Trajectory,
+)
 from tests.conftest import no_new_containers, owned_containers
 from tests.loopback_registry import LoopbackRegistry, loopback_registry
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fidelity.errors import SandboxError
-from fidelity.model import CommandAction, EnvSpec
 from fidelity.sandboxes.local import LocalConfig, LocalSandbox, sweep_stale
+from fidelity.trajectory import CommandAction, EnvSpec
 from tests.sandboxes.conformance import *  # noqa: F403 - the shared conformance suite
 from tests.sandboxes.conformance import run
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from fidelity.model import EnvSpec, McpServer, ToolAction
 from fidelity.sandboxes.base import Sandbox
+from fidelity.trajectory import EnvSpec, McpServer, ToolAction
 from tests.conftest import require_binary, require_module
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 
@@ -251,7 +251,7 @@ def test_env_spec_rejects_a_server_with_both_sources() -> None:
 
 _HOLDER = """
 import sys, time
-from fidelity.model import EnvSpec, McpServer
+from fidelity.trajectory import EnvSpec, McpServer
 from fidelity.sandboxes.mcp import McpSandbox, owned_processes
 box = McpSandbox()
 box.reset(EnvSpec(backend="mcp", mcp_servers={"fs": McpServer(bundled="filesystem"), "git": McpServer(bundled="git")}))

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fidelity.model import EnvSpec, McpServer, ToolAction
+from fidelity.trajectory import EnvSpec, McpServer, ToolAction
 from tests.conftest import require_binary, require_module
 from tests.sandboxes.test_mcp import REPO, servers  # noqa: F401 - the bundled install fixture
 from tests.system.test_security import SECRET_NAMES, Planted, planted  # noqa: F401 - the secrets
@@ -87,7 +87,7 @@ app.run()
 HOLDER = """
 import json, sys
 from pathlib import Path
-from fidelity.model import EnvSpec, McpServer, ToolAction
+from fidelity.trajectory import EnvSpec, McpServer, ToolAction
 from fidelity.sandboxes.mcp import McpConfig, McpSandbox
 
 script, *args = sys.argv[1:]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fidelity.model import EnvSpec, ToolAction
 from fidelity.sandboxes.base import Sandbox
 from fidelity.sandboxes.search import SearchConfig, SearchSandbox
+from fidelity.trajectory import EnvSpec, ToolAction
 from tests.conftest import unavailable
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 

@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from fidelity.cli import app
-from fidelity.model import CommandAction, EnvSpec, Observation, ToolAction
 from fidelity.resources import data_dir
 from fidelity.sandboxes.docker import DockerSandbox
 from fidelity.sandboxes.images import ensure_image
 from fidelity.sandboxes.pool import SandboxPool
 from fidelity.sandboxes.swe import SweSandbox
 from fidelity.store import Store
+from fidelity.trajectory import CommandAction, EnvSpec, Observation, ToolAction
 
 pytestmark = pytest.mark.docker
 

@@ -23,7 +23,6 @@ from fidelity.cli import app
 from fidelity.compare.base import CompareContext
 from fidelity.compare.web import WebComparator
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import BrowserAction, EnvSpec, Step, Trajectory, WebSite
 from fidelity.pipeline import load_suite, unverifiable_reason
 from fidelity.resources import default_suite
 from fidelity.sandboxes.browser import (
@@ -33,6 +32,7 @@ from fidelity.sandboxes.browser import (
     chromium_flags,
 )
 from fidelity.sandboxes.sites import OWNER_FLAG, WEBARENA_VARIABLES, project_dir
+from fidelity.trajectory import BrowserAction, EnvSpec, Step, Trajectory, WebSite
 from tests.conftest import require_binary, require_module
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fidelity.model import CommandAction, Trajectory, command_name
+from fidelity.trajectory import CommandAction, Trajectory, command_name
 from tests.conftest import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ FAILING_TEST = (
     "test_percentile_nearest_rank (tests.test_stats.StatsTest.test_percentile_nearest_rank)"
 )
 
-# Program names (as fidelity.model.command_name reports them) each category must use.
+# Program names (as fidelity.trajectory.command_name reports them) each category must use.
 CATEGORIES: dict[str, set[str]] = {
     "navigation": {"cd", "pwd", "ls", "find"},
     "inspection": {"cat", "head", "tail", "wc", "grep", "sort", "awk", "cut"},

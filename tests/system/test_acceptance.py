@@ -9,8 +9,8 @@ import pytest
 from fidelity.batch import replay_suite
 from fidelity.diffing import diff_files
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import Observation, Trajectory
 from fidelity.resources import default_suite
+from fidelity.trajectory import Observation, Trajectory
 
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap, pytest.mark.usefixtures("bwrap")]
 

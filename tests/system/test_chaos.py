@@ -23,9 +23,9 @@ import pytest
 
 from fakes.trajectories import command_trajectory
 from fidelity.formats.jsonl import write_trajectories
-from fidelity.model import BrowserAction, Step
 from fidelity.pipeline import load_suite
 from fidelity.resources import default_suite
+from fidelity.trajectory import BrowserAction, Step
 from tests.conftest import audit_argv
 
 pytestmark = pytest.mark.slow

@@ -21,8 +21,8 @@ import pytest
 
 from fidelity.diffing import _BATCH_STEPS, DiffStream, _batches, jsonl_line
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import Domain, Observation, Trajectory
 from fidelity.resources import default_suite
+from fidelity.trajectory import Domain, Observation, Trajectory
 from tests.hang import run_or_hang
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from typer.testing import CliRunner, Result
 from fakes.trajectories import command_trajectory
 from fidelity.cli import app
 from fidelity.formats.jsonl import dump_line, write_trajectories
-from fidelity.model import CommandAction, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 
 SHARDS = 3
 PER_SHARD = 4

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from fidelity.cli import app
 from fidelity.formats.jsonl import write_trajectories
 from fidelity.gate_outputs import PAUSE_ENV
-from fidelity.model import CommandAction, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 from tests.test_cli import fill, tiny_tmpfs  # noqa: F401 (a fixture)
 
 HANG_GUARD = 300  # seconds: a hang guard, not a speed requirement

@@ -234,7 +234,7 @@ def test_runs_imports_neither_the_heavy_libraries_nor_numpy(tmp_path: Path) -> N
     # trajectories and comparisons (pydantic classes built at import) only where a method uses them
     unused = {"fidelity.task", "fidelity.sandboxes", "fidelity.judge", "fidelity.compare"}
     assert not unused & loaded
-    assert not {"fidelity.model", "fidelity.compare.base", "fidelity.compare.config"} & loaded
+    assert not {"fidelity.trajectory", "fidelity.compare.base", "fidelity.compare.config"} & loaded
     # nor any pydantic machinery: building a schema (a model, a TypeAdapter; Typer 0.29 builds
     # one per option) costs more than the listing itself
     assert not {name for name in loaded if name.startswith("pydantic._internal")}

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from fidelity.model import BrowserAction, CommandAction, EnvSpec
 from fidelity.sandboxes.base import Sandbox
+from fidelity.trajectory import BrowserAction, CommandAction, EnvSpec
 from tests.conftest import require_binary, require_module
 
 SECRET_NAMES = ("FIDELITY_SIM_API_KEY", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import CommandAction, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 from tests.conftest import require_module
 
 runner = CliRunner()

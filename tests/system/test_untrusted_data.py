@@ -18,8 +18,8 @@ from fakes.world_model import FakeLLM, Reply
 from fidelity.cli import app
 from fidelity.errors import UsageError
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import EnvSpec, Observation, Outcome, Trajectory, WebSite
 from fidelity.sandboxes.registry import trajectory_backend
+from fidelity.trajectory import EnvSpec, Observation, Outcome, Trajectory, WebSite
 from fidelity.trust import REDACTED, host_commands, redact, scrubbed_environment
 
 runner = CliRunner()

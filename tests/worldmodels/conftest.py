@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from fakes.trajectories import build_trajectory
-from fidelity.model import Trajectory
+from fidelity.trajectory import Trajectory
 
 
 @pytest.fixture

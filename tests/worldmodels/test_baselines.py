@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from fidelity.errors import UsageError
-from fidelity.model import Action, CommandAction, KeystrokesAction, Observation, Trajectory
+from fidelity.trajectory import Action, CommandAction, KeystrokesAction, Observation, Trajectory
 from fidelity.worldmodels.base import WorldModel
 from fidelity.worldmodels.baselines import CopyBaseline, RetrievalBaseline, get_baseline
 

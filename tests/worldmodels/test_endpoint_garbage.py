@@ -29,7 +29,7 @@ from fakes.world_model import (
     make_handler,
     serving,
 )
-from fidelity.model import Observation, Trajectory
+from fidelity.trajectory import Observation, Trajectory
 from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel
 
 ROOT = Path(__file__).resolve().parents[2]

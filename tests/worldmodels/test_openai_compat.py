@@ -13,7 +13,7 @@ import pytest
 
 from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.errors import EndpointUnreachableError, UsageError
-from fidelity.model import CommandAction, Observation, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Trajectory
 from fidelity.worldmodels.openai_compat import OpenAICompatWorldModel, RetryPolicy
 from fidelity.worldmodels.prompting import prompt_hash
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fidelity.errors import MalformedPredictionError, UnknownDomainError
-from fidelity.model import (
+from fidelity.trajectory import (
     AndroidAction,
     CodeAction,
     CommandAction,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from fidelity.errors import UsageError
-from fidelity.model import CommandAction, Observation, Step, Trajectory
+from fidelity.trajectory import CommandAction, Observation, Step, Trajectory
 from fidelity.worldmodels.recorded import RecordedWorldModel
 
 PATH = "data/sim.jsonl"

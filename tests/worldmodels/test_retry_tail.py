@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fakes.world_model import MODEL, FakeLLM, Reply, echo_prediction
-from fidelity.model import Observation, Trajectory
+from fidelity.trajectory import Observation, Trajectory
 from fidelity.worldmodels.openai_compat import EndpointHealth, OpenAICompatWorldModel, RetryPolicy
 
 

@@ -12,8 +12,8 @@ from fakes.trajectories import build_trajectory
 from fakes.world_model import MODEL, FakeLLM, Reply
 from fidelity.batch import simulate_suite
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.model import Control, Observation, Step, Trajectory
 from fidelity.pipeline import SimConfig
+from fidelity.trajectory import Control, Observation, Step, Trajectory
 from fidelity.worldmodels.base import Mode
 
 

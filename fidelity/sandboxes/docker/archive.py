@@ -15,7 +15,7 @@ from fidelity.sandboxes.images import AGENT_UID
 from fidelity.sandboxes.shell import CONTROL, GITCONFIG, HOME, MOUNT
 
 if TYPE_CHECKING:
-    from fidelity.model import EnvSpec
+    from fidelity.trajectory import EnvSpec
 
 
 def workdir_archive(

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from fidelity.errors import SandboxError, UsageError
-from fidelity.model import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 from fidelity.sandboxes import containment
 from fidelity.sandboxes.base import Sandbox, track, untrack
 from fidelity.sandboxes.docker.archive import workdir_archive
@@ -74,6 +73,7 @@ from fidelity.sandboxes.shell import (
     typed,
     typed_until_exit,
 )
+from fidelity.trajectory import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 
 _TMUX = "tmux -L fidelity"
 _image_cache: dict[str, str] = {}

@@ -4,7 +4,7 @@ Run from the repository root: PYTHONPATH=suites/web/authoring .venv/bin/python s
 Only some trajectories (to append them): author.py OUT.jsonl ID-PREFIX...
 """
 import json, re, sys
-from fidelity.model import BrowserAction, EnvSpec
+from fidelity.trajectory import BrowserAction, EnvSpec
 from fidelity.sandboxes.browser import BrowserSandbox
 from specs import SPECS
 
