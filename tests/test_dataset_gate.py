@@ -571,3 +571,28 @@ def test_a_rerun_with_the_same_run_goes_on_from_the_stored_replays(
     )
     assert resumed.replayed_trajectories > stopped.replayed_trajectories
     assert sum(heard) == resumed.replayed_trajectories - stopped.replayed_trajectories
+
+
+def test_the_sampling_options_refuse_what_cannot_be_done_in_one_line(tmp_path: Path) -> None:
+    dataset = _dataset(tmp_path, {"a": None})
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.1\n")
+    gate = ["gate", str(dataset), "--policy", str(policy)]
+    cases = {
+        ("--sample", "auto", "--all"): (
+            "error: --sample auto and --all are exclusive: --all replays every trajectory\n"
+        ),
+        ("--max-replays", "0"): "error: --max-replays 0: give at least 1\n",
+        ("--sample", "many"): (
+            "error: --sample 'many': give auto or a number of draws (at least 1)\n"
+        ),
+        ("--sample", "5", "--max-replays", "9"): (
+            "error: --max-replays goes with --sample auto, not a fixed --sample N\n"
+        ),
+    }
+    for args, line in cases.items():
+        result = CliRunner().invoke(app, [*gate, *args])
+        assert (result.exit_code, result.stderr) == (2, line), args
+    bad = _policy(tmp_path, "[default]\nmax_drift_rate = 0.1\nconfidence = 1.0\n")
+    refused = CliRunner().invoke(app, ["gate", str(dataset), "--policy", str(bad)])
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith(f"error: {bad}: default.confidence: Input should be less")
