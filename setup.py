@@ -1,7 +1,7 @@
 """The compiled modules; everything else is in pyproject.toml.
 
 ``fidelity.compare._fastnorm`` runs the line-local built-in normalization rules and
-``fidelity.compare._fastentities`` the entity regex (the regexes in ``normalize.py``
+``fidelity.compare._fastentities`` the entity regex (the regexes in ``rules.py``
 and ``entities.py`` stay the reference, and the tests compare both ways).
 """
 

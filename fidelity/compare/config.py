@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fidelity.compare.normalize import (
+from fidelity.compare.rules import (
     DEFAULT_RULES,
     GIT_ID_RULE,
     ORDER_RULE,

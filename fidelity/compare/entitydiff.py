@@ -14,7 +14,7 @@ from rapidfuzz.distance import Indel
 from rapidfuzz.process import extractOne
 
 from fidelity.compare.entities import extract, extract_among
-from fidelity.compare.normalize import PLACEHOLDER_RE
+from fidelity.compare.rules import PLACEHOLDER_RE
 from fidelity.compare.textdiff import _lines
 
 

@@ -42,7 +42,8 @@ from typing import Any, NamedTuple
 from fidelity.compare.base import CompareContext, StepComparison
 from fidelity.compare.calibration.apply import calibrated, calibration_for
 from fidelity.compare.config import CompareConfig
-from fidelity.compare.normalize import PLACEHOLDER_RE, Normalizer
+from fidelity.compare.normalize import Normalizer
+from fidelity.compare.rules import PLACEHOLDER_RE
 from fidelity.compare.structured import (
     infra_failure,
     overlap,

@@ -4,11 +4,12 @@ Both sides of a comparison go through the same rules, so a timestamp, PID or
 git SHA that differs between two runs of the same command stops counting as a
 difference. Every rule counts its substitutions; nothing is rewritten silently.
 
-A :class:`Rule` is a named regex rewrite; :data:`DEFAULT_RULES` is the terminal
-rule set, in application order, and :data:`RULES` finds a rule by name so
-other domains can compose their own sets. Two rules are not regex rewrites and
-live in :class:`Normalizer` itself: the same truncation cap on both sides
-(``truncate``) and sorting the lines of commands whose output order is
+A :class:`~fidelity.compare.rules.Rule` is a named regex rewrite;
+:data:`~fidelity.compare.rules.DEFAULT_RULES` is the terminal rule set, in application
+order, and :data:`~fidelity.compare.rules.RULES` finds a rule by name so other domains
+can compose their own sets (all in :mod:`fidelity.compare.rules`). Two rules are not
+regex rewrites and live in :class:`Normalizer` itself: the same truncation cap on both
+sides (``truncate``) and sorting the lines of commands whose output order is
 unspecified (``unordered_lines``).
 
 The rules keep meaningful content: plain integers, file sizes, line counts,
@@ -22,10 +23,10 @@ character". Consecutive rules with the same lead are fused into
 one regex (one pass over the text, a callback counts which rule matched), and
 rules whose anchor text is absent are skipped by a substring test (``guard``).
 
-Most rules are line-local (:data:`LINE_LOCAL`: a match never spans or inspects
-a line break beyond its own line). The trailing run of such passes runs
-compiled: ``_fastnorm.c`` holds a hand translation of each built-in line-local
-rule (and of :data:`GIT_SHORT_ID`) with ``re``'s semantics, used only while the
+Most rules are line-local (:data:`~fidelity.compare.rules.LINE_LOCAL`: a match never
+spans or inspects a line break beyond its own line). The trailing run of such passes runs
+compiled: ``_fastnorm.c`` holds a hand translation of each built-in line-local rule (and
+of :data:`~fidelity.compare.rules.GIT_SHORT_ID`) with ``re``'s semantics, used only while the
 rule's name, regex, replacement and flags keep the fingerprint it was written
 from, and only on ASCII text (other text, and text where a rule it does not
 translate has work, goes through the regexes). The regexes stay the reference:
@@ -42,10 +43,27 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from fidelity.compare.commands import runs_git, unordered_output
+from fidelity.compare.pids import PidPrinters, pid_printers
+from fidelity.compare.rules import BLANK_LINES_RULE as BLANK_LINES_RULE
+from fidelity.compare.rules import (
+    CR_RULE,
+    DEFAULT_RULES,
+    GIT_SHORT_ID,
+    LINE_LOCAL,
+    PID_OUTPUT_RULE,
+    PLACEHOLDER_RE,
+    RULES,
+    WHITESPACE_RULES,
+    Rule,
+    rules_named,
+)
+from fidelity.compare.rules import GIT_ID_RULE as GIT_ID_RULE
+from fidelity.compare.rules import ORDER_RULE as ORDER_RULE
+from fidelity.compare.rules import TRAILING_SPACE_RULE as TRAILING_SPACE_RULE
+from fidelity.compare.rules import TRUNCATE_RULE as TRUNCATE_RULE
 from fidelity.defaults import OBSERVATION_CAP
 
 try:
@@ -79,501 +97,10 @@ TRUNCATE_AT = OBSERVATION_CAP
 
 TRUNCATED = "<TRUNCATED>"
 
-PLACEHOLDER_RE = re.compile(r"<[A-Z]+>")
-"""Matches every placeholder the rules write (``<TIMESTAMP>``, ``<HEX>``…)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """A named regex rewrite applied to both observations.
-
-    The regex is ``lead + pattern``: ``lead`` is what every match starts with
-    (one character class, optionally followed by a lookbehind on it). Rules
-    with the same non-empty ``lead`` and flags that sit next to each other in
-    a rule set run as one fused regex (leftmost match wins, then rule order);
-    they must then use a plain ``replacement`` (no group references) and no
-    ``guard``. ``guard`` lists literal substrings of which one must occur for
-    the rule to run: an optimization that must never change the result.
-    """
-
-    name: str
-    pattern: str
-    replacement: str
-    flags: re.RegexFlag = re.NOFLAG
-    guard: tuple[str, ...] = ()
-    lead: str = ""
-    description: str = ""
-
-    @property
-    def regex(self) -> str:
-        """The full regular expression (``lead + pattern``)."""
-        return self.lead + self.pattern
-
-    @property
-    def fusable(self) -> bool:
-        """True when the rule may share one regex pass with neighbours of the same lead."""
-        return bool(self.lead) and not self.guard and "\\" not in self.replacement
-
-
-# -- building blocks ---------------------------------------------------------------------------
-
-_MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_TIME = r"\d{1,2}:\d\d(?::\d\d(?:[.,]\d+)?)?"
-_ZONE_NAME = r"(?:UTC|GMT|[ECMPA][SD]T|CES?T|[BIJ]ST|AE[SD]T)"
-_ZONE = rf"(?:[+-]\d\d:?\d\d|{_ZONE_NAME})"
-# The shared lead of the id/number rules: a hex digit that does not continue a word. They
-# run fused as one pass, matching ASCII only (measurably faster; only ASCII digits count).
-# The number rules add "the lead is a digit not continuing a number or dotted version"
-# (_DIGIT); hex_id adds "the lead is lowercase".
-_HEX_LEAD = r"[0-9a-fA-F](?<!\w.)"
-_DIGIT = r"(?<=[0-9])(?<!\.[0-9])"
-
-# After the lead digit: ISO-8601 date[time][zone], `20 Nov 2026 23:55:57 +0000`, clock times.
-_NUMERIC_TIMESTAMP = (
-    _DIGIT + r"(?:\d{3}-[01]\d-[0-3]\d(?:[T ]" + _TIME + r")?"
-    r"(?:Z|[+-]\d\d(?::?\d\d)?| " + _ZONE + r")?"
-    r"|\d? +" + _MON + r" +\d{4}(?: +" + _TIME + r")?(?: ?[AP]M)?(?: +" + _ZONE + r")?"
-    r"|(?<!:.)\d?:[0-5]\d:[0-5]\d(?:[.,]\d+)?(?!:\d)"
-    r")(?!\w)"
-)
-# A day or month name first: RFC 2822 (`Fri, 20 Nov 2026 23:55:57 +0000`), ctime, `date`,
-# git (`Fri Nov 20 23:55:57 2026 +0000`), syslog and `ls -l` (`Nov 20 23:55`, `Nov 20  2025`).
-_MON_REST = (
-    r" +\d{1,2}(?: +" + _TIME + r"(?:(?: +" + _ZONE + r")? +\d{4}(?: +" + _ZONE + r")?)?"
-    r"|,? +\d{4})"
-)
-_NAMED_DATE = (
-    r"[a-z]{2}(?:"
-    r"(?<=Mon|Tue|Wed|Thu|Fri|Sat|Sun),? +(?:\d{1,2} +" + _MON + r" +\d{4}(?: +" + _TIME + r")?"
-    r"(?: ?[AP]M)?(?: +" + _ZONE + r")?|" + _MON + _MON_REST + r")"
-    r"|(?<=Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)" + _MON_REST + r")(?!\w)"
-)
-_UNIT = r"(?:ns|us|µs|ms|sec|secs|seconds?|min|mins|minutes?|hours?|hrs?)"
-# After the lead digit: 1.4s, 0m0.012s (time), 1h2m3s, 12ms, 12 ms, 1.4 seconds; not 1990s.
-_DURATION = (
-    _DIGIT + r"(?!\d\d0s(?!\w))\d*+(?:\.\d++)?+"
-    r"(?:(?:h\d++)?+(?:m\d++)?+(?:\.\d++)?+s| ?+" + _UNIT + r")(?!\w)"
-)
-
-
-# curl's progress meter: two header lines, then rows (one per redraw, \r or line breaks
-# between them): % Total, Total, % Received, Received, % Xferd, Xferd, two average speeds,
-# three times, the current speed. Only the last row's first six columns stay.
-_SIZE = r"\d+(?:\.\d+)?[kMGTP]?"
-_METER_TIME = r"(?:--:--:--|\d+:\d\d:\d\d|\d+[dh] +\d+[hm]|>?\d+d)"
-_METER_COLUMNS = r" +".join([r"(\d{1,3})", f"({_SIZE})"] * 3 + [_SIZE] * 2 + [_METER_TIME] * 3)
-_METER_ROW = _METER_COLUMNS + r" +" + _SIZE
-_CURL_METER = (
-    r"^[ \t]*% Total +% Received % Xferd +Average Speed +Time +Time +Time +Current[ \t]*\n"
-    r"[ \t]*Dload +Upload +Total +Spent +Left +Speed[ \t]*"
-    r"(?:[\r\n]+[ \t]*" + re.sub(r"\((?!\?)", "(?:", _METER_ROW) + r")*"
-    r"[\r\n]+[ \t]*" + _METER_ROW + r"[ \t]*$"
-)
-
-
-def _ruleset(*rules: Rule) -> tuple[Rule, ...]:
-    names = [r.name for r in rules]
-    if len(set(names)) != len(names):
-        raise ValueError(f"duplicate rule names in {names}")
-    return rules
-
-
-DEFAULT_RULES: tuple[Rule, ...] = _ruleset(
-    Rule(
-        "ansi",
-        r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][0-9A-Za-z]|[@-Z\\^_=>])",
-        "",
-        guard=("\x1b",),
-        description="ANSI CSI/OSC escape sequences",
-    ),
-    Rule("crlf", r"\r\n", "\n", guard=("\r",), description="CRLF line endings"),
-    Rule(
-        "curl_progress",
-        _CURL_METER,
-        r"<PROGRESS> \1 \2 \3 \4 \5 \6",
-        re.MULTILINE,
-        guard=("% Xferd",),
-        description="curl's progress meter (its two header lines and rows of sizes, speeds "
-        "and times): one line, the last row's percent and size columns",
-    ),
-    Rule(
-        "carriage_return",
-        r"^[^\n]*\r(?=[^\n])|\r$",
-        "",
-        re.MULTILINE,
-        guard=("\r",),
-        description="progress lines redrawn with \\r: the text after the last \\r stays",
-    ),
-    Rule(
-        "temp_path",
-        r"/tmp/(?:tmp\.[A-Za-z0-9]{10}|tmp[a-z0-9_]{6,}|pytest-of-[^/\s]+(?:/pytest-\d+)?)"
-        r"(?![\w.])",
-        "<TMP>",
-        guard=("/tmp/",),
-        description="tempfile/mktemp/pytest temporary paths",
-    ),
-    Rule(
-        "pip_temp",
-        r"(/tmp/pip-[a-z]+(?:-[a-z]+)*-)[a-z0-9_]{8}(?![\w.])",
-        r"\1<TMP>",
-        guard=("/tmp/pip-",),
-        description="pip's temporary folders (/tmp/pip-ephem-wheel-cache-07l9px25)",
-    ),
-    Rule(
-        "test_seed",
-        r"((?:random seed|[Rr]andom[ -]seed|randomly-seed|PYTHONHASHSEED|hypothesis seed)"
-        r"[ \t]*[:=][ \t]*)-?\d+(?!\w)",
-        r"\1<SEED>",
-        guard=("seed", "SEED"),
-        description="seeds test runners print (random seed: 2649877, PYTHONHASHSEED=1372323020, "
-        "--randomly-seed=12)",
-    ),
-    Rule(
-        "jwt",
-        r"eyJ[\w-]{6,}\.eyJ[\w-]{6,}\.[\w-]{6,}",
-        "<TOKEN>",
-        guard=("eyJ",),
-        description="JSON web tokens (eyJhbGciOi….eyJzdWIi….sig)",
-    ),
-    Rule(
-        "signed_token",
-        # starts at the "=" (a literal: fast to find), the key checked by fixed-width lookbehinds
-        r"=(?:(?<=token=)|(?<=session=)|(?<=sessionid=)|(?<=session_id=)|(?<=sessid=)"
-        r"|(?<=sid=)|(?<=jwt=)|(?<=signature=)|(?<=sig=)|(?<=csrf=)|(?<=session_key=))"
-        r"[\w.~+/%-]{12,}=*",
-        "=<TOKEN>",
-        flags=re.IGNORECASE,
-        guard=("=",),
-        description="signed cookies and tokens: `sessionid=…`, `csrftoken=…`, `?token=…` in URLs "
-        "(any key ending in token, session, sessionid, sid, jwt, sig, signature, csrf)",
-    ),
-    Rule(
-        "bearer_token",
-        r"((?:Bearer|Token) )[\w.~+/-]{16,}=*",
-        r"\1<TOKEN>",
-        guard=("Bearer ", "Token "),
-        description="`Authorization: Bearer …` / `Token …` credentials",
-    ),
-    Rule(
-        "hostname",
-        r"@[0-9a-f]{12}(?![\w.-])",
-        "@<HOST>",
-        guard=("@",),
-        description="container host names in prompts (root@3f2a9c1b7e4d)",
-    ),
-    Rule(
-        "port",
-        r":(?:(?<=localhost:)|(?<=127\.0\.0\.1:)|(?<=0\.0\.0\.0:)|(?<=\[::\]:)|(?<=\[::1\]:))"
-        r"\d{2,5}(?!\d)",
-        ":<PORT>",
-        # each loopback spelling holds one of these (three substring searches, not five)
-        guard=("localhost:", ".0.0.", "[::"),
-        description="ports on loopback addresses (localhost:8000, 127.0.0.1:54321)",
-    ),
-    Rule(
-        "pid",
-        r"([pP](?<!\w[pP])(?:id|ID|rocess|ROCESS)[ \t]*[:=#]?[ \t]*)\d+(?!\w)",
-        r"\1<PID>",
-        # the lead's spellings: substring tests cost a tenth of the regex's scan for [pP]
-        guard=("pid", "pID", "Pid", "PID", "process", "pROCESS", "Process", "PROCESS"),
-        description="pid 1234, PID: 12, Process 1234",
-    ),
-    Rule(
-        "bracket_pid",
-        # syslog's `sshd[1234]: ` and job-control lines `[1] 12345` printed by `cmd &`
-        r"\[(?:(?<=[A-Za-z]\[)\d{2,}(?=\]: )"
-        r"|(?<![^\n]\[)(\d+\][+-]?[ \t]+)\d{2,}(?=[ \t]*(?:\n|$)))",
-        r"[\1<PID>",
-        description="syslog `sshd[1234]: ` and job lines `[1] 12345`",
-    ),
-    Rule(
-        "hex_address",
-        r"0x[0-9a-fA-F]{6,16}(?!\w)",
-        "<ADDR>",
-        guard=("0x",),
-        description="memory addresses (0x7f3b2c1d9e80)",
-    ),
-    Rule(
-        "date",
-        _NAMED_DATE,
-        "<TIMESTAMP>",
-        re.ASCII,
-        lead=r"[JFMASONDTW](?<!\w.)",
-        description="RFC 2822, ctime/`date`, git and `ls -l` dates",
-    ),
-    Rule(
-        "uuid",
-        r"[0-9a-fA-F]{7}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}(?![\w-])",
-        "<UUID>",
-        re.ASCII,
-        lead=_HEX_LEAD,
-        description="UUIDs",
-    ),
-    Rule(
-        "timestamp",
-        _NUMERIC_TIMESTAMP,
-        "<TIMESTAMP>",
-        re.ASCII,
-        lead=_HEX_LEAD,
-        description="ISO-8601, `20 Nov 2026 23:55:57 +0000`, clock times (23:55:57)",
-    ),
-    Rule(
-        "epoch",
-        # 2014..2033 in seconds or milliseconds, optionally fractional (time.time())
-        r"(?<=1)(?<!\.1)[4-9]\d{8}(?:\d{3})?(?:\.\d+)?(?!\w|\.\w)",
-        "<TIMESTAMP>",
-        re.ASCII,
-        lead=_HEX_LEAD,
-        description="epoch seconds/milliseconds",
-    ),
-    Rule(
-        "duration",
-        _DURATION,
-        "<DURATION>",
-        re.ASCII,
-        lead=_HEX_LEAD,
-        description="0.23s, 12ms, in 1.4 seconds, real 0m0.01s, test-runner summaries",
-    ),
-    Rule(
-        "hex_id",
-        # lowercase, 7-128 characters, at least one digit and one letter a-f
-        r"(?:(?<=[a-f])(?=[a-f]*+\d)|(?<=\d)(?=\d*+[a-f]))[0-9a-f]{6,127}+(?!\w)",
-        "<HEX>",
-        re.ASCII,
-        lead=_HEX_LEAD,
-        description="git SHAs, digests, image ids",
-    ),
-)
-"""The terminal rule set, in application order."""
-
-RULES: Mapping[str, Rule] = {rule.name: rule for rule in DEFAULT_RULES}
-"""Every built-in rule by name, for composing other domains' rule sets."""
-
-LINE_LOCAL = frozenset(
-    {
-        "carriage_return",
-        "temp_path",
-        "pip_temp",
-        "test_seed",
-        "jwt",
-        "signed_token",
-        "bearer_token",
-        "hostname",
-        "port",
-        "pid",
-        "bracket_pid",
-        "hex_address",
-        "date",
-        "uuid",
-        "timestamp",
-        "epoch",
-        "duration",
-        "hex_id",
-    }
-)
-"""Built-in rules whose matches stay inside one line and whose lookarounds read a line break
-exactly like the start or end of the text (so they give the same result line by line)."""
-
 CLEAN_LINES_MAX = 1 << 16
 """Clean lines remembered per normalizer (the memo is emptied when it grows past this)."""
 
-ORDER_RULE = "unordered_lines"
-GIT_ID_RULE = "git_short_id"
-GIT_SHORT_ID = Rule(
-    GIT_ID_RULE,
-    r"(?<![\w/<>-])[0-9a-f]{7,40}(?![\w/<>-])",
-    "<HEX>",
-    description="abbreviated commit ids in git's output (also all-digit ones)",
-)
 _GIT_SHORT_ID = re.compile(GIT_SHORT_ID.regex)
-TRUNCATE_RULE = "truncate"
-PID_OUTPUT_RULE = "action_pid"
-CR_RULE = "carriage_return"
-TRAILING_SPACE_RULE = "trailing_space"
-BLANK_LINES_RULE = "trailing_blank_lines"
-WHITESPACE_RULES = frozenset({TRAILING_SPACE_RULE, BLANK_LINES_RULE})
-"""Whole-text rules for what people call the same text: spaces and tabs at line ends, blank
-lines (and the final line break) at the end of the text. Line endings (``\\r\\n``, a lone
-``\\r`` at a line's end) are the regex rules ``crlf`` and ``carriage_return``."""
-_PID_LINE = re.compile(r"^([ \t]*(?:\[\d+\][+-]?[ \t]+)?)\d{1,7}[ \t]*$", re.MULTILINE)
-_PID_COMMAND = re.compile(
-    r"\$!|\$\$|\$\{[!$]\}|\$\{?BASHPID|\$\{?PPID\b|getpid\(\)|getppid\(\)|\bpgrep\b|\bpidof\b"
-    r"|(?:^|[;&|(`]|\$\(|\bsudo|\bwatch|\bthen|\bdo)[ \t]*ps\b|\bjobs[ \t]+-l"
-)
-
-
-class PidPrinters:
-    """Where the output of a command line holds a PID, read from what printed it.
-
-    Inside a PID namespace (bubblewrap, a container) PIDs are small (``bg=3``, ``5``), so
-    a PID is known by what printed it, not by its digit count, and normalized on both sides:
-
-    - ``$!``, ``$$``, ``$BASHPID``, ``$PPID`` in ``echo``/``printf`` and ``os.getpid()``
-      (``getppid``) in ``print``: the literal text printed just before it (``echo bg=$!``:
-      ``bg=``; ``print(f"pid={os.getpid()}")``: ``pid=``; ``print("worker", os.getpid())``:
-      ``worker``), else a bare number on its own line (``echo $!``, ``print(os.getpid())``);
-    - ``pgrep`` (one PID a line; with ``-l``/``-a`` the number leading each line) and
-      ``pidof`` (a line of numbers);
-    - ``ps``: the values of the ``PID``, ``PPID``, ``PGID``, ``SID``, ``TGID``, ``SPID`` and
-      ``LWP`` columns under a header naming them (the row's spacing, which follows the
-      widths of those numbers, becomes single spaces);
-    - job lines (``[1] 3``, ``jobs -l``'s ``[1]+ 3 Running``).
-    """
-
-    __slots__ = ("bare", "columns", "jobs", "listed", "pidof", "prefixes")
-
-    def __init__(self, command: str) -> None:
-        self.prefixes: tuple[re.Pattern[str], ...] = _pid_prefixes(command)
-        self.bare = _bare_pid(command)
-        self.listed = (
-            re.search(r"\bpgrep\b[^;&|\n]*?\s-(?:\w*[la]\w*|-list-\w+)", command) is not None
-        )
-        self.columns = (
-            re.search(r"(?:^|[;&|(`]|\$\(|\bsudo|\bwatch|\bthen|\bdo)[ \t]*ps\b", command)
-            is not None
-        )
-        self.pidof = re.search(r"\bpidof\b", command) is not None
-        self.jobs = _BACKGROUND.search(command) is not None or "jobs" in command
-
-    def apply(self, text: str) -> tuple[str, int]:
-        """*text* with each PID these printers print as ``<PID>``, and how many."""
-        total = 0
-        for pattern in self.prefixes:
-            text, n = pattern.subn("<PID>", text)
-            total += n
-        if self.bare:
-            text, n = _PID_LINE.subn(r"\1<PID>", text)
-            total += n
-        if self.jobs:
-            text, n = _JOB_LINE.subn(r"\1 <PID>", text)  # the PID's width set the spacing
-            total += n
-        if self.listed:
-            text, n = _PGREP_LIST.subn("<PID>", text)
-            total += n
-        if self.pidof:
-            numbers = 0
-
-            def each(match: re.Match[str]) -> str:
-                nonlocal numbers
-                line, n = _NUMBER_RUN.subn("<PID>", match[0])
-                numbers += n
-                return line
-
-            text = _PIDOF_LINE.sub(each, text)
-            total += numbers
-        if self.columns:
-            text, n = ps_columns(text)
-            total += n
-        return text, total
-
-
-_BACKGROUND = re.compile(r"(?<![&>|<])&(?![&>])")
-"""A job sent to the background (``cmd &``), not ``&&``, ``2>&1``, ``&>`` or ``|&``."""
-_JOB_LINE = re.compile(
-    r"^([ \t]*\[\d+\][+-]?)[ \t]+\d+(?=[ \t]*$|[ \t]+(?:Running|Done|Stopped|Terminated|Killed|Exit))",
-    re.MULTILINE,
-)
-"""A job line (``[1] 3``, ``jobs -l``'s ``[1]+ 3 Running``): its number is the job's PID
-(written after one space: ``jobs -l`` pads it to the PIDs' width)."""
-_PGREP_LIST = re.compile(r"^\d+(?=[ \t]+\S)", re.MULTILINE)
-_PIDOF_LINE = re.compile(r"^[ \t]*\d+(?:[ \t]+\d+)+[ \t]*$", re.MULTILINE)
-_NUMBER_RUN = re.compile(r"\d+")
-_PID_VAR = re.compile(r"\$(?:!|\$|\{[!$]\}|\{?BASHPID\}?|\{?PPID\b\}?)")
-_ECHO_ARGS = re.compile(r"\b(echo|printf)\b((?:[^;&|\n`)]|\$\()*)")
-_PY_PID = re.compile(r"(?:\bos\.)?\bgetp?pid\(\)")
-_PS_COLUMN = frozenset({"PID", "PPID", "PGID", "SID", "TGID", "SPID", "LWP", "TID"})
-
-
-def _literal_before(words: str) -> str:
-    """The literal text an ``echo`` prints before a PID variable: *words* (the arguments
-    up to the variable) without quotes, from the last other expansion on."""
-    for cut in ("$", "`"):
-        if cut in words:
-            words = words[words.rindex(cut) + 1 :]
-            if cut == "$":  # the other variable's name
-                words = re.sub(r"^(?:[!$?#@*0-9]|\{[^}]*\}|\w+)", "", words)
-    words = words.replace('"', "").replace("'", "").lstrip()
-    return words[-24:]
-
-
-def _pid_prefixes(command: str) -> tuple[re.Pattern[str], ...]:
-    """Patterns of a PID printed after a literal (``bg=3``), one per such printer."""
-    literals: list[str] = []
-    for echo in _ECHO_ARGS.finditer(command):
-        args = re.sub(r"^(?:\s+-[neE]+)+", "", echo[2])
-        if echo[1] == "printf":
-            fmt = re.match(r"\s*(['\"])(.*?)\1", args)
-            conversion = re.search(r"%[-0-9]*[dsi]", fmt[2]) if fmt else None
-            if fmt and conversion and _PID_VAR.search(args[fmt.end() :]):
-                literals.append(fmt[2][: conversion.start()].rsplit("\\n", 1)[-1])
-            continue
-        for var in _PID_VAR.finditer(args):
-            literals.append(_literal_before(args[: var.start()]))
-    for call in _PY_PID.finditer(command):
-        before = command[max(0, call.start() - 80) : call.start()]
-        fstring = re.search(r"([^{}\"']*)\{\s*$", before)
-        joined = re.search(r"[\"']([^\"']*)[\"']\s*(,|\+\s*str\()\s*$", before)
-        if fstring and fstring[1].strip():
-            literals.append(fstring[1][-24:])
-        elif joined:
-            literals.append(joined[1][-24:] + (" " if joined[2] == "," else ""))
-    found = {literal for literal in literals if literal.strip()}
-    return tuple(re.compile(rf"(?<={re.escape(literal)})\d+(?![\d.])") for literal in sorted(found))
-
-
-def _bare_pid(command: str) -> bool:
-    """Whether a command line prints a PID alone on a line (``echo $!``, ``pgrep``…)."""
-    if re.search(r"\bpgrep\b|\bpidof\b", command):
-        return True
-    for echo in _ECHO_ARGS.finditer(command):
-        args = re.sub(r"^(?:\s+-[neE]+)+", "", echo[2]).strip()
-        var = _PID_VAR.search(args)
-        if (
-            echo[1] == "echo"
-            and var is not None
-            and not _literal_before(args[: var.start()]).strip()
-        ):
-            return True
-    for call in _PY_PID.finditer(command):
-        before = command[max(0, call.start() - 80) : call.start()]
-        if re.search(r"print\(\s*(?:str\(\s*|f[\"']\{\s*)?$", before):
-            return True
-    return False
-
-
-def ps_columns(text: str) -> tuple[str, int]:
-    """``ps`` rows with the values of their PID columns as ``<PID>``, and how many.
-
-    A header line naming a PID column (``PID``, ``PPID``…) starts a table; its rows are
-    the lines after it until an empty one. A row's fields are split on whitespace (the
-    last, the command, may hold spaces) and joined by one space."""
-    if "PID" not in text and "LWP" not in text:
-        return text, 0
-    lines = text.split("\n")
-    total = 0
-    columns: list[int] = []
-    width = 0
-    for number, line in enumerate(lines):
-        fields = line.split()
-        if not fields:
-            columns = []
-            continue
-        named = [i for i, f in enumerate(fields) if f in _PS_COLUMN]
-        if named and all(not f.isdigit() for f in fields):
-            columns, width = named, len(fields)
-            continue
-        if not columns:
-            continue
-        parts = line.split(None, width - 1)
-        changed = 0
-        for i in columns:
-            if i < len(parts) and parts[i].isdigit():
-                parts[i] = "<PID>"
-                changed += 1
-        if changed:
-            lines[number] = " ".join(parts)
-            total += changed
-    return ("\n".join(lines), total) if total else (text, 0)
 
 
 class _Pass:
@@ -920,8 +447,7 @@ def _fingerprint(rule: Rule) -> tuple[str, str, str, int]:
 @lru_cache(maxsize=4096)
 def _command_traits(command: str) -> tuple[bool, PidPrinters | None, bool]:
     """``(runs git, where it prints PIDs or None, output order unspecified)`` of a command."""
-    printers = PidPrinters(command) if _PID_COMMAND.search(command) is not None else None
-    return runs_git(command), printers, unordered_output(command)
+    return runs_git(command), pid_printers(command), unordered_output(command)
 
 
 def _line_local(rule: Rule) -> bool:
@@ -1128,11 +654,3 @@ def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
         for name, n in mapping.items():
             total[name] = total.get(name, 0) + n
     return total
-
-
-def rules_named(names: Sequence[str]) -> tuple[Rule, ...]:
-    """The built-in rules called *names*, in that order (for other domains' rule sets)."""
-    unknown = [n for n in names if n not in RULES]
-    if unknown:
-        raise KeyError(f"unknown normalization rules {unknown}; known: {', '.join(RULES)}")
-    return tuple(RULES[n] for n in names)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from fidelity.compare.entities import MAX_ENTITIES
 from fidelity.compare.entitydiff import exact_entity_diff, search_key
-from fidelity.compare.normalize import PLACEHOLDER_RE
+from fidelity.compare.rules import PLACEHOLDER_RE
 from fidelity.compare.textdiff import changed_lines
 
 LINES_EXAMINED = 40

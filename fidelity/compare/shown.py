@@ -9,8 +9,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from fidelity.compare.base import CompareContext
 from fidelity.compare.entities import MAX_ENTITIES, extract_among
 from fidelity.compare.entitydiff import _base_name, _split_keys, lines_holding, search_key
-from fidelity.compare.normalize import PLACEHOLDER_RE, Normalizer
+from fidelity.compare.normalize import Normalizer
 from fidelity.compare.ranking import LINES_EXAMINED
+from fidelity.compare.rules import PLACEHOLDER_RE
 
 
 def shown_entities(

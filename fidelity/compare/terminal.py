@@ -74,19 +74,17 @@ from fidelity.compare.entitydiff import _keys_of, exact_entity_diff, search_key
 from fidelity.compare.entitydiff import entities_held as entities_held
 from fidelity.compare.entitydiff import entity_diff as entity_diff
 from fidelity.compare.entitydiff import lines_holding as lines_holding
-from fidelity.compare.normalize import (
+from fidelity.compare.normalize import TRUNCATE_AT, merge_counts, normalizer_for
+from fidelity.compare.ranking import LINE_CHARS, _cut, every_line_entity, line_entities
+from fidelity.compare.ranking import with_hex as with_hex
+from fidelity.compare.rules import (
     DEFAULT_RULES,
     GIT_ID_RULE,
     ORDER_RULE,
     PID_OUTPUT_RULE,
-    TRUNCATE_AT,
     TRUNCATE_RULE,
     Rule,
-    merge_counts,
-    normalizer_for,
 )
-from fidelity.compare.ranking import LINE_CHARS, _cut, every_line_entity, line_entities
-from fidelity.compare.ranking import with_hex as with_hex
 from fidelity.compare.shown import _name_mentioned as _name_mentioned
 from fidelity.compare.shown import _plain_mentioned as _plain_mentioned
 from fidelity.compare.shown import context_texts as context_texts

@@ -46,13 +46,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity import store_queries as queries
 from fidelity.analysis.causes import Drifting, cause_of
-from fidelity.compare.normalize import (
-    DEFAULT_RULES,
-    GIT_ID_RULE,
-    PID_OUTPUT_RULE,
-    Normalizer,
-    Rule,
-)
+from fidelity.compare.normalize import Normalizer
+from fidelity.compare.rules import DEFAULT_RULES, GIT_ID_RULE, PID_OUTPUT_RULE, Rule
 from fidelity.errors import UsageError, writing
 from fidelity.formats.jsonl import json_line, staged_file
 from fidelity.formats.rl_export import arrow
@@ -82,7 +77,7 @@ FORMATTING_RULES: Final = frozenset({"ansi", "crlf", "carriage_return"})
 VOLATILE_RULES: Final[tuple[Rule, ...]] = tuple(
     rule for rule in DEFAULT_RULES if rule.name not in FORMATTING_RULES
 )
-"""The comparator's value rules (:data:`~fidelity.compare.normalize.DEFAULT_RULES` less the
+"""The comparator's value rules (:data:`~fidelity.compare.rules.DEFAULT_RULES` less the
 formatting ones), applied with the PIDs a command prints and short git ids; never the sorting
 of unordered output nor the truncation."""
 _NO_LIMIT: Final = 1 << 40

@@ -7,7 +7,8 @@ import pytest
 from compare_samples import context, obs
 
 from fidelity.compare import TerminalComparator
-from fidelity.compare.normalize import Normalizer, ps_columns
+from fidelity.compare.normalize import Normalizer
+from fidelity.compare.pids import ps_columns
 
 PS = "    PID TTY          TIME CMD\n{a:>7} ?        00:00:00 bash\n{b:>7} ?        00:00:00 ps\n"
 PS_EF = (
