@@ -5,12 +5,8 @@ by a few pixels agree; M3A's element list is read."""
 from __future__ import annotations
 
 from fidelity.compare import AndroidComparator
-from fidelity.compare.android import (
-    BOUNDS_TOLERANCE,
-    m3a_elements,
-    raw_elements,
-    system_ui,
-)
+from fidelity.compare.android import BOUNDS_TOLERANCE, m3a_elements, raw_elements
+from fidelity.compare.android_system_ui import system_ui
 from fidelity.compare.base import CompareContext
 from fidelity.trajectory import AndroidAction, Observation
 
