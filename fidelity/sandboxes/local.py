@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -60,6 +60,8 @@ from fidelity.sandboxes.shell import (
     typed_until_exit,
 )
 from fidelity.trajectory import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
+
+_log = logging.getLogger(__name__)
 
 _ROOT_PREFIX = "fidelity-local-"
 _SHOWN = {"work": f"{MOUNT} and {HOME}", "tmp": "/tmp", "shm": "/dev/shm"}
@@ -614,10 +616,8 @@ def _warn_unbounded(error: OSError) -> None:
     if error.errno in _warned_errnos:
         return
     _warned_errnos.add(error.errno)
-    print(
-        f"fidelity: sandbox areas are not tmpfs-bounded ({error}); disk use is polled instead",
-        file=sys.stderr,
-        flush=True,
+    _log.warning(
+        "fidelity: sandbox areas are not tmpfs-bounded (%s); disk use is polled instead", error
     )
 
 
