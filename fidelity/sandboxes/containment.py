@@ -94,6 +94,12 @@ def write_identity(folder: Path, home: str) -> None:
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
     (folder / "group").write_text(f"root:x:0:\nagent:x:{INSIDE_UID}:\nnogroup:x:65534:\n")
+    for name in (
+        "passwd",
+        "group",
+    ):  # whatever the auditor's umask: bwrap reads them as the sandbox
+        (folder / name).chmod(0o644)
+    folder.chmod(folder.stat().st_mode | 0o111)
 
 
 def identity_binds(folder: Path) -> list[str]:
@@ -186,11 +192,18 @@ def memory_cgroup(name: str, owner_uid: int | None) -> MemoryCgroup | None:
     group = MemoryCgroup(path, version)
     try:
         if owner_uid is not None:  # the sandbox's first process moves itself in
+            _let_traverse(path)
             os.chown(group.procs_file, owner_uid, owner_uid)
         return group
     except OSError:
         group.remove()
         return None
+
+
+def _let_traverse(path: Path) -> None:
+    """Let the sandbox's user reach *path*'s files: a restrictive umask (027) leaves a new
+    cgroup folder 0750, and the sandbox could not move itself in."""
+    os.chmod(path, os.stat(path).st_mode | 0o055)
 
 
 def pids_cgroup(name: str, owner_uid: int | None, memory: MemoryCgroup | None) -> Path | None:
@@ -207,6 +220,7 @@ def pids_cgroup(name: str, owner_uid: int | None, memory: MemoryCgroup | None) -
         return None
     try:
         if owner_uid is not None:
+            _let_traverse(path)
             os.chown(path / "cgroup.procs", owner_uid, owner_uid)
         return path
     except OSError:

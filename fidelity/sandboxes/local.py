@@ -46,6 +46,7 @@ from fidelity.sandboxes.shell import (
     HOME,
     MOUNT,
     SANDBOX_ENVIRONMENT,
+    SANDBOX_UMASK,
     SHELL_ARGV,
     TAMPERED,
     ProcessTransport,
@@ -344,6 +345,7 @@ class LocalSandbox(Sandbox):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,  # the status channel (bwrap's own errors come there too)
             process_group=0,
+            umask=SANDBOX_UMASK,  # files made inside do not depend on the auditor's umask
             user=self._uid,
             group=self._uid,
             extra_groups=[] if self._uid is not None else None,
@@ -486,10 +488,13 @@ class LocalSandbox(Sandbox):
         home.mkdir()
         (home / ".gitconfig").write_text(GITCONFIG)
         (root / "control").mkdir()
+        (root / "control").chmod(0o755)  # read by the sandbox's user, whatever the umask
         containment.write_identity(root / "etc", HOME)
         for index, command in enumerate(env.setup):
             if command.startswith("@"):
-                shutil.copyfile(command[1:], root / "control" / f"setup-{index}.sh")
+                script = root / "control" / f"setup-{index}.sh"
+                shutil.copyfile(command[1:], script)
+                script.chmod(0o644)
         if self._uid is not None:
             for path in (workspace, home):
                 containment.chown_tree(path, self._uid)

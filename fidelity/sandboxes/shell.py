@@ -81,6 +81,8 @@ SANDBOX_ENVIRONMENT = {
     "GIT_PAGER": "cat",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+SANDBOX_UMASK = 0o022
+"""The umask a shell starts with on every backend (Docker's default): never the auditor's."""
 GITCONFIG = """[user]
 \tname = agent
 \temail = agent@sandbox.invalid

@@ -261,6 +261,28 @@ def test_a_refused_tmpfs_mount_is_said_once_and_the_sandbox_still_runs(
     assert said.endswith("/work: Operation not permitted); disk use is polled instead")
 
 
+def test_the_auditors_umask_neither_stops_a_sandbox_nor_reaches_inside(
+    bwrap: None, workdir: Path
+) -> None:
+    """Under umask 077 the sandbox's cgroups, identity files and setup scripts stay
+    reachable by its user, and what it makes has the modes it makes under any umask."""
+    _needs_root()
+    script = workdir.parent / "setup.sh"
+    script.write_text("touch made-by-setup\n")
+    old = os.umask(0o077)
+    try:
+        box = LocalSandbox(LocalConfig(step_timeout=10))
+        try:
+            box.reset(EnvSpec(workdir=str(workdir), setup=[f"@{script}"]))
+            shown = run(box, "umask; touch made-here; mkdir dir; stat -c '%a %n' made-* dir")
+            assert box._cgroup is not None  # made under this umask, and joined
+        finally:
+            box.close()
+    finally:
+        os.umask(old)
+    assert shown.text == "0022\n644 made-by-setup\n644 made-here\n755 dir\n"
+
+
 def test_a_busy_tmpfs_mount_is_tried_again(
     bwrap: None, workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
