@@ -11,7 +11,6 @@ import base64
 import contextlib
 import hashlib
 import os
-import tempfile
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -22,6 +21,7 @@ from markupsafe import Markup
 
 from fidelity.analysis.models import RunSummary
 from fidelity.errors import writing
+from fidelity.formats.jsonl import staged_file
 from fidelity.report import view
 from fidelity.resources import data_dir
 from fidelity.version import __version__
@@ -102,13 +102,12 @@ def write_report(
     target = Path(path)
     html = render_report(summary, verdict)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, temp = staged_file(target, ".tmp")  # its mode: what the umask leaves of 0666
     try:
         with writing(target), os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(html)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
         os.replace(temp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -276,6 +277,18 @@ def test_write_report_is_atomic(summary: RunSummary, tmp_path: Path) -> None:
     assert written == target
     assert target.read_text(encoding="utf-8") == render_report(summary, VERDICT)
     assert sorted(p.name for p in target.parent.iterdir()) == ["report.html"]
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_the_report_takes_the_users_umask(
+    summary: RunSummary, tmp_path: Path, umask: int, mode: int
+) -> None:
+    old = os.umask(umask)
+    try:
+        target = write_report(summary, tmp_path / "report.html")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == mode
 
 
 def test_write_report_keeps_old_file_on_failure(
