@@ -81,6 +81,12 @@ class McpConfig(SandboxConfigBase):
     max_processes: int = Field(
         default=512, ge=16, description="RLIMIT_NPROC of a trajectory's servers (as root)"
     )
+    max_total_memory_mb: int = Field(
+        default=2048,
+        ge=64,
+        description="memory cgroup of a trajectory's servers together (as root, where the "
+        "machine has one); a server past it is killed and its calls fail",
+    )
 
 
 class _Server:
@@ -235,6 +241,7 @@ class McpSandbox(Sandbox):
             tmp_size_mb=self.config.tmp_size_mb,
             max_processes=self.config.max_processes,
             die_with_parent=self.config.pdeathsig,
+            max_total_memory_mb=self.config.max_total_memory_mb,
         )
 
     def _start_loop(self) -> None:
@@ -326,6 +333,8 @@ class McpSandbox(Sandbox):
             _kill_owned(os.getpid(), self._state["state"])
             shutil.rmtree(self._state["state"], ignore_errors=True)
             self._state = None
+        if self._jail is not None:
+            self._jail.close()
         self._jail = None
 
     # -- steps ----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ pieces): its own unprivileged host uid when fidelity runs as root (``agent``, ui
 inside), every namespace unshared (no network but its own loopback, its own PID
 namespace: no auditor process is visible), no capabilities, read-only ``/usr`` and
 ``/etc`` with its own ``passwd``, a private ``/proc``, ``/dev`` and a bounded ``/tmp``,
+as root one memory cgroup for a trajectory's servers together (``max_total_memory_mb``),
 the read-only folders its install needs (:func:`~.mcp_servers.install_paths`, the
 operator's ``read_only``), and its trajectory's state folder read-write at the same path
 (so ``{root}``… and what the servers print stay as they were). No other host path.
@@ -55,6 +56,8 @@ _BIND_FIRST = (
     'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
 )
 """Root, in the launcher's own mount namespace: bind each SOURCE TARGET pair, run the rest."""
+_JOIN = 'echo $$ > "$0" || exit 125; exec "$@"'
+"""Root: join the cgroup whose ``cgroup.procs`` is ``$0``, then run the rest."""
 
 
 class McpJail:
@@ -73,12 +76,15 @@ class McpJail:
         tmp_size_mb: int = 64,
         max_processes: int = 512,
         die_with_parent: bool = True,
+        max_total_memory_mb: int = 2048,
     ) -> None:
         self.state = state
         self.uid = uid
         self.tmp_size_mb = tmp_size_mb
         self.max_processes = max_processes
         self.die_with_parent = die_with_parent
+        self.max_total_memory_mb = max_total_memory_mb
+        self.cgroup: containment.MemoryCgroup | None = None
         self.bwrap = _tool("bwrap", "apt-get install bubblewrap")
         self.private = state / PRIVATE
         blocked = containment.unreachable(state, uid)
@@ -92,6 +98,17 @@ class McpJail:
             raise SandboxUnavailableError(f"mcp read_only: {missing} does not exist")
         self._read_only = _outermost([path.absolute() for path in read_only])
         self._prepare()
+        if uid is not None:  # as root: the servers together in one memory cgroup
+            name = f"{containment.CGROUP_PREFIX}{os.getpid()}-mcp-{state.name}"
+            self.cgroup = containment.memory_cgroup(name, None)
+            if self.cgroup is not None:
+                self.cgroup.limit(max_total_memory_mb * 1024 * 1024)
+
+    def close(self) -> None:
+        """Remove the servers' memory cgroup (killing what is left in it)."""
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
 
     def _prepare(self) -> None:
         (self.state / ".gitconfig").write_text(GITCONFIG)  # HOME: git commits need a name
@@ -164,9 +181,13 @@ class McpJail:
             "--",
             *jail,
         ]
+        join = []  # root moves the launcher into the cgroup before anything forks
+        if self.cgroup is not None:
+            join = ["/bin/sh", "-c", _JOIN, str(self.cgroup.procs_file)]
         if not first:
-            return as_uid
+            return [*join, *as_uid]
         return [
+            *join,
             _tool("unshare", "util-linux"),
             *("--mount", "--propagation", "private", "--"),
             *("/bin/sh", "-c", _BIND_FIRST, "fidelity-mcp", *first, "--", *as_uid),

@@ -290,3 +290,59 @@ def test_a_workdir_link_to_a_host_file_stays_a_link(
     assert "hello from the workdir" in control.text
     assert linked.exit_code == 1, linked.text  # the server's own error: nothing to read
     assert planted.value not in linked.text + (linked.error or "")
+
+
+HOG = '''
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("hog")
+held = []
+
+
+@app.tool()
+def hold(megabytes: int) -> str:
+    """Keep *megabytes* more of written memory."""
+    for _ in range(megabytes):
+        held.append(b"x" * (1 << 20))
+    return f"holding {len(held)} MB"
+
+
+app.run()
+'''
+
+
+def test_a_trusted_servers_memory_is_bounded_and_its_cgroup_removed(
+    bwrap_and_sdk: None, tmp_path: Path
+) -> None:
+    """As root a trajectory's servers share one memory cgroup: a server past it is killed,
+    its call fails, the auditor goes on; closing removes the cgroup."""
+    from fidelity.sandboxes.mcp import McpConfig, McpSandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("the servers' memory cgroup needs root (see README's table)")
+    folder = tmp_path / "hog"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    script = folder / "hog.py"
+    script.write_text(HOG)
+    script.chmod(0o644)
+    config = McpConfig(
+        trust_commands=True, read_only=[sys.prefix, str(folder)], max_total_memory_mb=160
+    )
+    hog = McpServer(command=sys.executable, args=[str(script)])
+    with McpSandbox(config) as box:
+        box.reset(EnvSpec(backend="mcp", mcp_servers={"hog": hog}))
+        jail = box._jail
+        assert jail is not None and jail.cgroup is not None
+        cgroup = jail.cgroup.path
+        small = box.step(ToolAction(tool="hold", args={"megabytes": 16}), timeout=60)
+        assert small.error is None and "holding 16 MB" in small.text  # control: it runs
+        assert set(owned_processes_in(cgroup)), "the server is not in the cgroup"
+        big = box.step(ToolAction(tool="hold", args={"megabytes": 400}), timeout=60)
+        assert "holding" not in big.text  # killed before it held 400 MB more
+        assert big.error is not None and big.error.startswith("McpServerDied"), big
+    assert not cgroup.exists()
+
+
+def owned_processes_in(cgroup: Path) -> list[int]:
+    return [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
