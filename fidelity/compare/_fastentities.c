@@ -26,7 +26,7 @@
 static ssz url(const Text *t, ssz p)
 {
     if (!is(t, p, K_LO)) return -1;
-    ssz k = run(t, p + 1, K_SCHEME);
+    ssz k = run_upto(t, p + 1, K_SCHEME, 10); /* past 9 the same as 10: no "://" after 9 */
     if (k < 1) return -1;
     if (k > 9) k = 9;
     ssz q = p + 1 + k;

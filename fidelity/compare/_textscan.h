@@ -107,6 +107,13 @@ static inline ssz run(const Text *t, ssz i, uint32_t k)
     while (j < t->n && (K[t->s[j]] & k)) j++;
     return j - i;
 }
+/* length of the run of class k from i, counted up to most (a possessive {1,N}+ needs N + 1) */
+static inline ssz run_upto(const Text *t, ssz i, uint32_t k, ssz most)
+{
+    ssz j = i;
+    while (j < t->n && j - i < most && (K[t->s[j]] & k)) j++;
+    return j - i;
+}
 /* length of the run of character c from i */
 static inline ssz run_of(const Text *t, ssz i, int c)
 {

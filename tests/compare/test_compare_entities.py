@@ -150,6 +150,8 @@ PATHOLOGICAL = [
     "Nov 20 " * 9_000,
     "http://" + "a" * 60_000 + ",",
     "a1" * 30_000,
+    "a+" * 30_000,  # every "a" a url candidate: its scheme run is read 10 characters at most
+    "x-" * 30_000,
     "\x1b]" + "x" * 60_000,
     "".join(random.Random(0).choice("aZ9 ./-:,+[]<>@\n\r\x1bé") for _ in range(60_000)),
 ]
