@@ -131,6 +131,38 @@ def test_not_a_database(tmp_path: Path) -> None:
     assert path.read_text() == "this is not duckdb"
 
 
+@pytest.mark.parametrize(
+    "name", ["data.jsonl", "empty.jsonl", "table.csv", "rows.parquet", "notes.json", "a-folder"]
+)
+def test_a_dataset_given_as_the_database_is_refused_not_opened_in_memory(
+    tmp_path: Path, name: str
+) -> None:
+    """DuckDB opens an existing ``*.jsonl`` (or csv, parquet, json) as a new in-memory
+    database: an audit would have stored nothing and said nothing."""
+    path = tmp_path / name
+    if name == "a-folder":
+        path.mkdir()
+    else:
+        path.write_text("" if name.startswith("empty") else '{"id": "t", "steps": []}\n')
+    for read_only in (False, True):
+        with pytest.raises(NotADatabaseError, match=rf"{name}: not a DuckDB database") as e:
+            Store(path, read_only=read_only)
+        assert exit_code_for(e.value) == 2
+    assert (
+        path.is_dir()
+        if name == "a-folder"
+        else path.read_text() in ("", '{"id": "t", "steps": []}\n')
+    )
+
+
+def test_a_new_database_may_have_any_name(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"  # not there yet: a DuckDB file is made under that name
+    with Store(path) as store:
+        store.start_run("r", INFO)
+    with Store(path, read_only=True) as store:
+        assert store.latest_run() == "r"
+
+
 def test_store_errors_are_infrastructure_errors() -> None:
     assert exit_code_for(StoreError("locked")) == 3
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from fidelity.defaults import DEFAULT_DB
+from fidelity.duckdb_files import refuse_other_files
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.processes import alive
 from fidelity.store.records import (
@@ -108,6 +109,7 @@ class Store:
         self.read_only = read_only
         if read_only and not self.path.exists():
             raise NotFoundError(f"{self.path}: no such database (run `fidelity audit` first)")
+        refuse_other_files(self.path, "--db with a fidelity database")
         try:
             self.connection = (
                 duckdb.connect(str(self.path), read_only=True)

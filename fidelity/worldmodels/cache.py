@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from fidelity.duckdb_files import refuse_other_files
 from fidelity.errors import StoreError
 
 DEFAULT_CACHE = "fidelity-cache.duckdb"
@@ -55,6 +56,7 @@ class ResponseCache:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        refuse_other_files(self.path, "--sim-cache with a response cache")
         try:
             self._connection = duckdb.connect(str(self.path))
             self._connection.execute(_SCHEMA)

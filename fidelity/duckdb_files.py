@@ -1,0 +1,32 @@
+"""DuckDB files named on the command line: refuse what is not one before DuckDB opens it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fidelity.errors import NotADatabaseError
+
+DUCKDB_MAGIC = b"DUCK"
+"""What a DuckDB database file holds at byte 8 (its header's magic bytes)."""
+
+
+def refuse_other_files(path: Path, wanted: str) -> None:
+    """Raise :class:`~fidelity.errors.NotADatabaseError` (exit 2) for an existing *path* that
+    is not a DuckDB database file; *wanted* says what to pass instead (``--db with a
+    fidelity database``).
+
+    DuckDB does not always refuse one itself: an existing file named ``*.jsonl``, ``*.csv``,
+    ``*.json`` or ``*.parquet`` (a dataset given by mistake) is opened as a new in-memory
+    database, so what was written to it would be lost without a word (DuckDB 2.0).
+    """
+    if not path.exists():
+        return
+    if path.is_file():
+        try:
+            with path.open("rb") as handle:
+                header = handle.read(12)
+        except OSError:  # unreadable: DuckDB's own error says why
+            return
+        if header[8:12] == DUCKDB_MAGIC:
+            return
+    raise NotADatabaseError(f"{path}: not a DuckDB database (pass {wanted}, or a new file name)")
