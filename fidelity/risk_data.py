@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from fidelity import store_queries as queries
 from fidelity.defaults import DEFAULT_DB
-from fidelity.errors import NotFoundError, UsageError
+from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.risk.features import StepFeatures, sample_groups, step_features
 from fidelity.risk.model import FOLDS, CrossFit, RiskModel, cross_fit, prior_model
 from fidelity.risk.score import TrajectoryScore, score_trajectories
@@ -177,4 +177,9 @@ def score_dataset(dataset: str | Path, model: RiskModel | CrossFit) -> Iterator[
     with its risks, streamed in dataset order."""
     from fidelity.formats.dataset import trajectories
 
-    return score_trajectories(trajectories(dataset), model)
+    scored = 0
+    for score in score_trajectories(trajectories(dataset), model):
+        scored += 1
+        yield score
+    if not scored:  # as the gate says it: a score of nothing is an input error, not a 0
+        raise InputFormatError(str(dataset), None, None, "no trajectories in dataset")

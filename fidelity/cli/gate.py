@@ -376,13 +376,13 @@ def risk(
     chosen = risk_model(db, run)
     err.print(f"risk model: {escape(chosen.description)}")
     summary = RiskSummary()
-    if fmt == "table" and not as_json:
-        sys.stdout.write(table_header())
     for scored in score_dataset(dataset, chosen.model):
         summary.add(scored)
         if fmt == "jsonl":
             sys.stdout.writelines(jsonl_lines(scored))
         elif not as_json:
+            if summary.trajectories == 1:  # the header once there is a row to head
+                sys.stdout.write(table_header())
             sys.stdout.write(table_row(scored))
     if as_json:
         print_json(summary.as_json(chosen.fitted, chosen.description, chosen.folds))

@@ -166,6 +166,15 @@ def test_a_bad_dataset_line_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[-1].startswith(f"error: {bad}:1: steps")
 
 
+def test_an_empty_dataset_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """As the gate says it: scoring nothing is not a dataset at risk 0."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    result = invoke("risk", empty, "--json")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[-1] == f"error: {empty}: no trajectories in dataset"
+
+
 def test_diff_run_needs_db(tmp_path: Path, dataset: Path) -> None:
     result = invoke("diff", dataset, dataset, "--run", "r1")
     assert (result.exit_code, result.stderr) == (
