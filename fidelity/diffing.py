@@ -398,7 +398,7 @@ def _lines(handle: BinaryIO, path: str) -> Iterator[FileLine]:
 
 def _decode(raw: bytes, path: str, number: int) -> str:
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a leading BOM: dropped
     except UnicodeDecodeError as exc:
         raise InputFormatError(path, None, None, f"not UTF-8 text ({exc.reason})") from exc
     return text.removesuffix("\n").removesuffix("\r")

@@ -154,7 +154,7 @@ def _files(source: Path) -> list[Path]:
 
 def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     records = []
-    for number, line in enumerate(split_lines(path.read_text(encoding="utf-8")), start=1):
+    for number, line in enumerate(split_lines(path.read_text(encoding="utf-8-sig")), start=1):
         if not line.strip():
             continue
         try:

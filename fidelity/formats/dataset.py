@@ -188,11 +188,11 @@ def _supported(path: Path) -> bool:
 def _open_text(path: Path) -> IO[str]:
     try:
         if path.name.endswith(".gz"):
-            return gzip.open(path, "rt", encoding="utf-8")
+            return gzip.open(path, "rt", encoding="utf-8-sig")
         if path.name.endswith(".zst"):
             frames = io.BufferedReader(_ZstdFrames(path.open("rb")), _ZSTD_CHUNK)
-            return io.TextIOWrapper(frames, encoding="utf-8")
-        return path.open(encoding="utf-8")
+            return io.TextIOWrapper(frames, encoding="utf-8-sig")
+        return path.open(encoding="utf-8-sig")  # utf-8-sig: a leading BOM is dropped
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: no such file") from exc
     except OSError as exc:

@@ -35,7 +35,7 @@ def read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, Trajectory]]:
     """:func:`read_trajectories` with the line number of each trajectory."""
     path = Path(path)
     try:
-        lines = split_lines(path.read_text(encoding="utf-8"))
+        lines = split_lines(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: no such file") from exc
     except UnicodeDecodeError as exc:

@@ -36,7 +36,7 @@ def read_swe_agent(path: str | os.PathLike[str]) -> Trajectory:
     """The real trajectory recorded in a SWE-agent ``.traj`` file."""
     path = Path(path)
     try:
-        data = nested_json(path.read_text(encoding="utf-8"), str(path), None)
+        data = nested_json(path.read_text(encoding="utf-8-sig"), str(path), None)
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: no such file") from exc
     except json.JSONDecodeError as exc:

@@ -24,7 +24,7 @@ def load_toml_model(path: str | os.PathLike[str], model: type[Model], what: str)
     """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: cannot read {what}: no such file") from exc
     except OSError as exc:

@@ -213,3 +213,32 @@ def test_a_suite_reads_from_every_dataset_form_its_paths_confined_per_shard(
     assert str(caught.value) == (
         f"{folder / 'part' / 'e.jsonl'}:1: id: duplicate id 't1' (first at {folder / 'a.jsonl.gz'}:2)"
     )
+
+
+BOM = "\ufeff".encode()
+
+
+def test_a_leading_byte_order_mark_is_dropped_by_every_reader(tmp_path: Path) -> None:
+    """Windows tools start UTF-8 files with a BOM: the first line is still a trajectory, in
+    plain, gzip and zstd shards, the suite reader and ``fidelity diff``'s reader."""
+    from fidelity.diffing import diff_files
+    from fidelity.formats.jsonl import read_trajectories
+
+    text = BOM + _text(range(3))
+    plain = tmp_path / "plain.jsonl"
+    plain.write_bytes(text)
+    (tmp_path / "packed.jsonl.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "packed.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(text))
+    for name in ("plain.jsonl", "packed.jsonl.gz", "packed.jsonl.zst"):
+        assert [line.parse().id for line in lines(tmp_path / name)] == ["t0", "t1", "t2"]
+    assert [t.id for t in read_trajectories(plain)] == ["t0", "t1", "t2"]
+    rows = diff_files(plain, plain).rows
+    assert [row.trajectory_id for row in rows] == ["t0", "t1", "t2"]
+    assert not any(row.drift for row in rows)
+
+
+def test_a_byte_order_mark_inside_a_file_is_still_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "inside.jsonl"
+    path.write_bytes(_text(range(1)) + BOM + _text(range(1, 2)))
+    with pytest.raises(InputFormatError, match=r"inside\.jsonl:2: invalid JSON"):
+        [line.parse() for line in lines(path)]
