@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from fidelity.defaults import DEFAULT_DB
-from fidelity.duckdb_files import refuse_other_files
 from fidelity.errors import NotADatabaseError, NotFoundError, StoreError
 from fidelity.processes import alive
 from fidelity.store.records import (
@@ -109,6 +108,8 @@ class Store:
         self.read_only = read_only
         if read_only and not self.path.exists():
             raise NotFoundError(f"{self.path}: no such database (run `fidelity audit` first)")
+        from fidelity.duckdb_files import refuse_other_files  # at open: not for every import
+
         refuse_other_files(self.path, "--db with a fidelity database")
         try:
             self.connection = (

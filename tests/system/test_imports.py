@@ -48,8 +48,10 @@ HEAVY = ("sklearn", "matplotlib", "pandas", "openai", "jinja2", "scipy")
 # with matplotlib: 353, 514, 1010; runs 349 once the store built no model at import; 291
 # once it imported no pydantic at all and Typer was held below 0.29; with the store a package,
 # 295, 525, 667; with the command line a package whose commands import only their own family's
-# module, and fidelity/defaults.py: 299, 532, 674).
-CEILING = {"runs": 300, "replay": 535, "audit": 900}
+# module, and fidelity/defaults.py: 299, 532, 674; the compare modules split out of
+# normalize.py and android.py, 299, 534; readers that drop a leading BOM load the
+# standard library's utf_8_sig codec: replay 535).
+CEILING = {"runs": 300, "replay": 540, "audit": 900}
 
 _PROBE = """
 import atexit, json, runpy, sys
