@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -441,3 +442,45 @@ def test_ray_results_need_the_ray_executor(tmp_path: Path) -> None:
         assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr
     assert not db.exists()
+
+
+def _float_options() -> list[tuple[list[str], str]]:
+    """Every float option of every command: (the command's words, the option's name).
+
+    Read from the command tree Typer builds (its own vendored Click: matched by name)."""
+    import typer.main
+
+    found: list[tuple[list[str], str]] = []
+
+    def walk(command: Any, words: list[str]) -> None:
+        if hasattr(command, "list_commands"):  # a group, its commands loaded lazily too
+            context = type(command).context_class(command)
+            for name in command.list_commands(context):
+                walk(command.get_command(context, name), [*words, name])
+            return
+        for param in command.params:
+            kinds = {kind.__name__ for kind in type(param.type).__mro__}
+            if param.param_type_name == "option" and "FloatParamType" in kinds:
+                found.append((words, param.opts[0]))
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+FLOAT_OPTIONS = _float_options()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize(("words", "option"), FLOAT_OPTIONS, ids=lambda x: str(x))
+def test_no_float_option_takes_nan_or_infinity(words: list[str], option: str, value: str) -> None:
+    """``nan`` passes every range check: each float option refuses it (and the
+    infinities) itself, naming the option, before anything else is read."""
+    result = invoke(*words, option, value)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"Invalid value for '{option}'" in last, last
+    assert "not a finite number" in last or "not in the range" in last, last
+
+
+def test_the_float_options_are_found() -> None:
+    assert len(FLOAT_OPTIONS) >= 7, FLOAT_OPTIONS  # the walk reaches every command

@@ -20,6 +20,7 @@ from fidelity.cli.options import (
     TurnsOption,
     compare_settings,
     expand_bundles,
+    finite,
     mode_choice,
     modes,
     serial_options,
@@ -72,7 +73,7 @@ def audit(
         typer.Option("--concurrency", min=1, help="Concurrent sandboxes (default: cores)."),
     ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, help="Seconds per real step.")
+        float, typer.Option("--timeout", min=0.1, callback=finite, help="Seconds per real step.")
     ] = STEP_TIMEOUT,
     observation_cap: Annotated[
         int,
@@ -159,7 +160,7 @@ def replay(
     sandbox: SandboxOption = None,
     serial: SerialOption = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, help="Seconds per step.")
+        float, typer.Option("--timeout", min=0.1, callback=finite, help="Seconds per step.")
     ] = STEP_TIMEOUT,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = SANDBOX_CONCURRENCY,
     allow_root: AllowRoot = None,

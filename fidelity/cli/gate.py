@@ -18,6 +18,7 @@ from fidelity.cli.options import (
     SandboxOption,
     compare_settings,
     expand_bundles,
+    finite,
 )
 from fidelity.cli.progress import GATE_PHASES, progress_bars
 from fidelity.cli.render import render_drift, render_manifest, render_verdict
@@ -67,6 +68,7 @@ def gate(
             "--max-risk",
             min=0.0,
             max=1.0,
+            callback=finite,
             help="Quarantine every trajectory never replayed whose drift risk (fitted on the "
             "replays; every line carries meta.risk) is over R.",
         ),
@@ -82,7 +84,7 @@ def gate(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample's draws.")] = 0,
     sandbox: SandboxOption = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, help="Seconds per step.")
+        float, typer.Option("--timeout", min=0.1, callback=finite, help="Seconds per step.")
     ] = STEP_TIMEOUT,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = SANDBOX_CONCURRENCY,
     junit: Annotated[
@@ -327,10 +329,23 @@ def drift(
     current: Annotated[str, typer.Option("--current", help="Run id of the run under test.")],
     db: DbOption = Path(DEFAULT_DB),
     alpha: Annotated[
-        float, typer.Option("--alpha", help="Significance level (Holm-adjusted).")
+        float,
+        typer.Option(
+            "--alpha",
+            min=1e-12,
+            max=1.0,
+            callback=finite,
+            help="Significance level (Holm-adjusted).",
+        ),
     ] = 0.05,
     min_effect: Annotated[
-        float, typer.Option("--min-effect", min=0, help="Smallest effect (Cohen's h) flagged.")
+        float,
+        typer.Option(
+            "--min-effect",
+            min=0,
+            callback=finite,
+            help="Smallest effect (Cohen's h) flagged.",
+        ),
     ] = 0.2,
     min_steps: Annotated[
         int, typer.Option("--min-steps", min=1, help="Fewer compared steps per side: no test.")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -288,11 +289,22 @@ SamplesOption = Annotated[
         rich_help_panel="World model",
     ),
 ]
+
+
+def finite(value: float | None) -> float | None:
+    """The callback of every float option: NaN and infinity are refused (``nan`` passes every
+    range check, so ``--max-risk nan`` reached the library), naming the option, exit 2."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 SimTimeout = Annotated[
     float,
     typer.Option(
         "--sim-timeout",
         min=0.001,
+        callback=finite,
         help="Total seconds one world-model request may take, retries and backoff included; "
         "past it the step is an infrastructure failure naming the deadline.",
         rich_help_panel="World model",
