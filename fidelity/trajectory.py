@@ -88,7 +88,11 @@ class CommandAction(Strict):
 
     type: Literal["command"] = "command"
     command: Command
-    timeout: float | None = Field(default=None, gt=0, description="seconds; overrides the run's")
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="seconds; shortens the run's step timeout, never lengthens it",
+    )
 
     @property
     def name(self) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from fidelity.processes import alive
-from fidelity.trajectory import Action, EnvSpec, Observation
+from fidelity.trajectory import Action, CommandAction, EnvSpec, Observation
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,15 @@ class Sandbox(ABC):
 
 _live: set[Sandbox] = set()
 _live_lock = threading.Lock()
+
+
+def command_limit(action: CommandAction, run_limit: float | None, default: float) -> float:
+    """Seconds a command may run: the run's step timeout (*run_limit*, else the sandbox's
+    *default*), shortened by the action's own ``timeout``, never lengthened: a dataset
+    names the action, and a step of ``sleep infinity`` with ``"timeout": 1e308`` would
+    otherwise hold the audit for as long as it says."""
+    limit = run_limit or default
+    return min(limit, action.timeout) if action.timeout else limit
 
 
 def track(sandbox: Sandbox) -> None:

@@ -38,7 +38,15 @@ from pydantic import Field
 
 from fidelity.errors import SandboxError, SandboxUnavailableError
 from fidelity.sandboxes import containment
-from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
+from fidelity.sandboxes.base import (
+    Sandbox,
+    command_limit,
+    dead_owner,
+    owned_folder,
+    stale_folders,
+    track,
+    untrack,
+)
 from fidelity.sandboxes.config import ShellLimits
 from fidelity.sandboxes.shell import (
     CONTROL,
@@ -224,7 +232,7 @@ class LocalSandbox(Sandbox):
         if self._shell is None or self._root is None:
             raise SandboxError("step() before reset(): the sandbox is not running")
         if isinstance(action, CommandAction):
-            limit = action.timeout or timeout or self.config.step_timeout
+            limit = command_limit(action, timeout, self.config.step_timeout)
             return self._run_command(action.command, limit)
         if isinstance(action, KeystrokesAction):
             return self._send_keys(action)

@@ -149,6 +149,20 @@ def test_kill_of_every_process_is_this_steps_event(
     assert after.text.endswith("next\n")  # after bash's own notice of the killed `sleep`
 
 
+def test_an_actions_own_timeout_shortens_the_step_never_lengthens_it(
+    sandbox: Sandbox, workdir: Path, env_of: EnvOf
+) -> None:
+    """A dataset names the action: its ``timeout`` cannot hold a step past the run's."""
+    sandbox.reset(env_of(workdir=str(workdir)))
+    longer = CommandAction(command="echo before; sleep 100000", timeout=1e308)
+    held = sandbox.step(longer, timeout=1.0)
+    assert held.timed_out and "before" in held.text
+    shorter = CommandAction(command="echo before; sleep 100000", timeout=1.0)
+    cut = sandbox.step(shorter, timeout=60.0)
+    assert cut.timed_out and "before" in cut.text
+    assert run(sandbox, "echo after").text == "after\n"
+
+
 def test_writing_into_the_status_channel_is_flagged_not_a_timeout(
     sandbox: Sandbox, workdir: Path, env_of: EnvOf
 ) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 
 from fidelity.errors import SandboxError, UsageError
 from fidelity.sandboxes import containment
-from fidelity.sandboxes.base import Sandbox, track, untrack
+from fidelity.sandboxes.base import Sandbox, command_limit, track, untrack
 from fidelity.sandboxes.docker.archive import workdir_archive
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.containers import (
@@ -491,7 +491,7 @@ class DockerSandbox(Sandbox):
         if self._shell is None or self._container is None:
             raise SandboxError("step() before reset(): the sandbox is not running")
         if isinstance(action, CommandAction):
-            limit = action.timeout or timeout or self.config.step_timeout
+            limit = command_limit(action, timeout, self.config.step_timeout)
             return self._run_command(action.command, limit)
         if isinstance(action, KeystrokesAction):
             if self.config.terminal == "tmux":
