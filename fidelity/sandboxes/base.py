@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from fidelity.processes import alive
-from fidelity.trajectory import Action, CommandAction, EnvSpec, Observation
+from fidelity.trajectory import Action, CommandAction, EnvSpec, KeystrokesAction, Observation
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,16 @@ def command_limit(action: CommandAction, run_limit: float | None, default: float
     otherwise hold the audit for as long as it says."""
     limit = run_limit or default
     return min(limit, action.timeout) if action.timeout else limit
+
+
+def keys_limits(
+    action: KeystrokesAction, run_limit: float | None, default: float
+) -> tuple[float, float]:
+    """``(wait, limit)`` of a keystrokes step: the action's ``duration`` to wait, cut to the
+    run's step timeout (*run_limit*, else *default*), and that timeout for the output to
+    settle after it; a dataset's ``duration`` (up to 600 s) never holds a step past it."""
+    limit = run_limit or default
+    return min(action.duration, limit), limit
 
 
 def track(sandbox: Sandbox) -> None:

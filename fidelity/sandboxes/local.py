@@ -42,6 +42,7 @@ from fidelity.sandboxes.base import (
     Sandbox,
     command_limit,
     dead_owner,
+    keys_limits,
     owned_folder,
     stale_folders,
     track,
@@ -235,7 +236,7 @@ class LocalSandbox(Sandbox):
             limit = command_limit(action, timeout, self.config.step_timeout)
             return self._run_command(action.command, limit)
         if isinstance(action, KeystrokesAction):
-            return self._send_keys(action)
+            return self._send_keys(action, timeout)
         raise SandboxError(f"the local sandbox cannot run {type(action).__name__}")
 
     def _run_command(self, command: str, timeout: float) -> Observation:
@@ -305,18 +306,16 @@ class LocalSandbox(Sandbox):
         hit = self._limit_hit()
         return hit if hit and hit != self._full_at_start else None
 
-    def _send_keys(self, action: KeystrokesAction) -> Observation:
+    def _send_keys(self, action: KeystrokesAction, timeout: float | None) -> Observation:
         shell = self._shell
         if shell is None:
             raise SandboxError("the sandbox was closed while a step ran")
         self._idle = False  # whatever the keys start runs on past this step
         shell.send(action.keys.encode())
         self._partial_keys = not action.keys.endswith("\n") and bool(action.keys)
+        wait, limit = keys_limits(action, timeout, self.config.step_timeout)
         output, alive = shell.read_keys(
-            self.config.max_output_bytes,
-            action.duration,
-            self.config.step_timeout,
-            self.config.settle_s,
+            self.config.max_output_bytes, wait, limit, self.config.settle_s
         )
         if not alive or (self._proc is not None and self._proc.poll() is not None):
             code = self._reap()

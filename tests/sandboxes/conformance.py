@@ -163,6 +163,19 @@ def test_an_actions_own_timeout_shortens_the_step_never_lengthens_it(
     assert run(sandbox, "echo after").text == "after\n"
 
 
+def test_a_keystrokes_duration_never_holds_the_step_past_the_run_limit(
+    sandbox: Sandbox, workdir: Path, env_of: EnvOf
+) -> None:
+    """A dataset's ``duration`` (up to 600 s) is cut to the run's step timeout: the step
+    ends; its output and the shell are as after any keystrokes."""
+    sandbox.reset(env_of(workdir=str(workdir)))
+    started = time.monotonic()
+    typed = sandbox.step(KeystrokesAction(keys="echo typed\n", duration=600), timeout=1.0)
+    assert time.monotonic() - started < 60  # not the 600 s the line asked for
+    assert "typed" in typed.text
+    assert run(sandbox, "echo after").text.endswith("after\n")
+
+
 def test_writing_into_the_status_channel_is_flagged_not_a_timeout(
     sandbox: Sandbox, workdir: Path, env_of: EnvOf
 ) -> None:

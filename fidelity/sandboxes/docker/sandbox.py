@@ -39,7 +39,7 @@ from typing import Any
 
 from fidelity.errors import SandboxError, UsageError
 from fidelity.sandboxes import containment
-from fidelity.sandboxes.base import Sandbox, command_limit, track, untrack
+from fidelity.sandboxes.base import Sandbox, command_limit, keys_limits, track, untrack
 from fidelity.sandboxes.docker.archive import workdir_archive
 from fidelity.sandboxes.docker.config import DockerConfig
 from fidelity.sandboxes.docker.containers import (
@@ -494,9 +494,10 @@ class DockerSandbox(Sandbox):
             limit = command_limit(action, timeout, self.config.step_timeout)
             return self._run_command(action.command, limit)
         if isinstance(action, KeystrokesAction):
+            wait, limit = keys_limits(action, timeout, self.config.step_timeout)
             if self.config.terminal == "tmux":
-                return self._tmux_keys(action)
-            return self._send_keys(action)
+                return self._tmux_keys(action, wait, limit)
+            return self._send_keys(action, wait, limit)
         raise SandboxError(f"the docker sandbox cannot run {type(action).__name__}")
 
     def _run_command(self, command: str, timeout: float, internal: bool = False) -> Observation:
@@ -552,17 +553,14 @@ class DockerSandbox(Sandbox):
             self._restart()
         return cut_short(output, self._cwd, why)
 
-    def _send_keys(self, action: KeystrokesAction) -> Observation:
+    def _send_keys(self, action: KeystrokesAction, wait: float, limit: float) -> Observation:
         shell = self._shell
         if shell is None:
             raise SandboxError("the sandbox was closed while a step ran")
         shell.send(action.keys.encode())
         self._partial_keys = not action.keys.endswith("\n") and bool(action.keys)
         output, alive = shell.read_keys(
-            self.config.max_output_bytes,
-            action.duration,
-            self.config.step_timeout,
-            self.config.settle_s,
+            self.config.max_output_bytes, wait, limit, self.config.settle_s
         )
         if not alive:
             code = self._exit_code()
@@ -570,11 +568,12 @@ class DockerSandbox(Sandbox):
             return typed_until_exit(output, code)
         return typed(output)
 
-    def _tmux_keys(self, action: KeystrokesAction) -> Observation:
+    def _tmux_keys(self, action: KeystrokesAction, wait: float, limit: float) -> Observation:
         """tmux send-keys (key names such as ``C-c``, ``Enter`` or literal text), then settle.
 
-        After ``duration`` seconds the pane is captured until it is unchanged
-        for ``settle_reads`` captures in a row (or the step timeout passes).
+        After *wait* seconds (the action's ``duration``, cut to the step timeout) the pane is
+        captured until it is unchanged for ``settle_reads`` captures in a row (or *limit*
+        seconds, the step timeout, pass).
         """
         if action.keys:
             sent = self._run_command(
@@ -584,8 +583,8 @@ class DockerSandbox(Sandbox):
                 return Observation(
                     text=sent.text, error=f"SandboxError: tmux send-keys: {sent.text}"
                 )
-        time.sleep(action.duration)
-        deadline = time.monotonic() + self.config.step_timeout
+        time.sleep(wait)
+        deadline = time.monotonic() + limit
         screen, same = self._capture(), 0
         while same < self.config.settle_reads - 1 and time.monotonic() < deadline:
             time.sleep(self.config.settle_interval_s)
