@@ -43,7 +43,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from fidelity.errors import InputFormatError, writing
+from fidelity.errors import InputFormatError, UsageError, writing
 
 STAGING_PREFIX = ".gate-parts."
 MANIFEST = "manifest.json"
@@ -181,6 +181,41 @@ def _read_journal(path: Path) -> Journal:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"]) or None
         raise InputFormatError(str(path), None, field, error["msg"]) from None
+
+
+def refuse_to_replace(out: Path, outputs: Sequence[Path], dataset: Path) -> None:
+    """Refuse an output folder whose outputs would replace what no gate wrote.
+
+    A gate replaces the previous gate's outputs (a ``manifest.json`` of a gate beside
+    them). It refuses, in one line (exit 2), a dataset that is one of its own outputs (a
+    gate's ``admitted.jsonl`` gated again into the same folder: the input would be
+    replaced by its own subset), and a folder holding files of the outputs' names with no
+    gate manifest beside them (a project's own ``manifest.json``, data named
+    ``admitted.jsonl``): they would be moved aside and removed.
+    """
+    source = dataset.resolve() if dataset.exists() else None
+    for path in outputs:
+        if source is not None and (source == path.resolve() or path.resolve() in source.parents):
+            raise UsageError(
+                f"-o {out}: the gate would replace the dataset {dataset} with its own output "
+                f"{path.name}; pass another -o"
+            )
+    present = [path for path in [out / MANIFEST, *outputs] if os.path.lexists(path)]
+    if present and not _gate_manifest(out / MANIFEST):
+        names = ", ".join(path.name for path in present)
+        raise UsageError(
+            f"-o {out} holds {names}, which no fidelity gate wrote (no gate manifest.json "
+            "beside it) and which the gate would replace; pass a new or empty folder"
+        )
+
+
+def _gate_manifest(path: Path) -> bool:
+    """Whether *path* is a manifest a gate wrote (its run id, dataset digest and verdict)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"run_id", "dataset_sha256", "verdict"} <= data.keys()
 
 
 def new_staging(out: Path) -> Path:

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from fidelity.cli import app
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
@@ -596,3 +596,43 @@ def test_the_sampling_options_refuse_what_cannot_be_done_in_one_line(tmp_path: P
     refused = CliRunner().invoke(app, ["gate", str(dataset), "--policy", str(bad)])
     assert refused.exit_code == 2
     assert refused.stderr.startswith(f"error: {bad}: default.confidence: Input should be less")
+
+
+@pytest.mark.bwrap
+def test_the_gate_never_replaces_what_no_gate_wrote(
+    tmp_path: Path, db_path: Path, bwrap: None
+) -> None:
+    """Its own outputs it replaces; a dataset gated into its own folder under an output's
+    name, or a folder holding such names with no gate manifest, is refused before any
+    replay, and every file there is as it was."""
+    dataset = _dataset(tmp_path, {"a": None, "b": None})
+    policy = _policy(tmp_path, "[default]\nmax_drift_rate = 0.5\n")
+    runner = CliRunner()
+
+    def gate(data: Path, out: Path) -> Result:
+        args = ["gate", str(data), "--policy", str(policy), "-o", str(out), "--all"]
+        return runner.invoke(app, [*args, "--db", str(db_path)])
+
+    own = tmp_path / "admitted.jsonl"  # a previous gate's admitted data, gated again
+    own.write_bytes(dataset.read_bytes())
+    again = gate(own, tmp_path)
+    assert again.exit_code == 2, again.output
+    assert again.stderr == (
+        f"error: -o {tmp_path}: the gate would replace the dataset {own} with its own output "
+        "admitted.jsonl; pass another -o\n"
+    )
+    assert own.read_bytes() == dataset.read_bytes()
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "manifest.json").write_text('{"name": "my-project"}\n')
+    foreign = gate(dataset, project)
+    assert foreign.exit_code == 2
+    assert foreign.stderr.startswith(f"error: -o {project} holds manifest.json, which no")
+    assert (project / "manifest.json").read_text() == '{"name": "my-project"}\n'
+    assert not db_path.exists()  # refused before anything was replayed or stored
+
+    out = tmp_path / "gate-out"
+    assert gate(dataset, out).exit_code == 0
+    assert gate(dataset, out).exit_code == 0  # a gate's own outputs: replaced
+    assert len(read_trajectories(out / "admitted.jsonl")) == 2

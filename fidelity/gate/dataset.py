@@ -109,6 +109,9 @@ def gate_dataset(
     report = progress or quiet
     gate_outputs.recover_unlocked(options.output_dir)
     gate_outputs.pause("recovered")
+    gate_outputs.refuse_to_replace(
+        options.output_dir, output_paths(options.output_dir), options.dataset
+    )
     scan = scan_dataset(
         options.dataset,
         options.allowed_roots,

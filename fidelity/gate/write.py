@@ -89,6 +89,7 @@ def write(
     out.mkdir(parents=True, exist_ok=True)
     with gate_outputs.output_lock(out):
         gate_outputs.recover(out)  # under the lock, every staging folder here is a dead gate's
+        gate_outputs.refuse_to_replace(out, output_paths(out), options.dataset)  # as it is now
         parts = gate_outputs.new_staging(out)
         try:
             gate_outputs.pause("staged")
