@@ -14,7 +14,7 @@ from fidelity import pipeline
 from fidelity.defaults import SANDBOX_CONCURRENCY, STEP_TIMEOUT
 from fidelity.errors import UsageError
 from fidelity.executors import LocalExecutor
-from fidelity.formats.jsonl import write_trajectories
+from fidelity.formats.jsonl import distinct_output, write_trajectories
 from fidelity.pipeline import SimConfig
 from fidelity.sandboxes import SandboxChooser
 from fidelity.sandboxes.base import close_all
@@ -75,6 +75,7 @@ def replay_suite(
     Its ``env.workdir`` and ``@file`` setup paths must lie inside the suite's folder or
     *allowed_roots* (:func:`fidelity.formats.jsonl.confine_paths`).
     """
+    distinct_output(output, [suite])
     trajectories = pipeline.with_default_image(
         pipeline.load_suite(suite, allowed_roots=allowed_roots), image, sandbox
     )
@@ -133,6 +134,7 @@ def simulate_suite(
     modes = [mode] if isinstance(mode, Mode) else list(dict.fromkeys(mode))
     if sim.turns == "evaluated":
         modes = [Mode.teacher_forced]  # the reference predicts one turn after the real history
+    distinct_output(output, [suite])
     # No sandbox runs here, so its paths are resolved (for the file written) but not
     # confined: a later replay or gate of that file confines them.
     trajectories = pipeline.load_suite(suite, allowed_roots=None)

@@ -484,3 +484,26 @@ def test_no_float_option_takes_nan_or_infinity(words: list[str], option: str, va
 
 def test_the_float_options_are_found() -> None:
     assert len(FLOAT_OPTIONS) >= 7, FLOAT_OPTIONS  # the walk reaches every command
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["replay"], ["simulate", "--sim-baseline", "copy"], ["import", "verl"]],
+    ids=["replay", "simulate", "import"],
+)
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``simulate real.jsonl -o real.jsonl`` would have replaced every real observation."""
+    data = tmp_path / "real.jsonl"
+    write_trajectories(data, [command_trajectory("t1", "echo hi")])
+    before = data.read_bytes()
+    same = tmp_path / "link.jsonl"  # the same file by another path
+    same.symlink_to(data)
+    result = invoke(*command, data, "-o", same)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: -o {same} is the input {data}: write to another file (the input would be "
+        "replaced)\n"
+    )
+    assert data.read_bytes() == before

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from fidelity.errors import InputFormatError, UsageError
-from fidelity.formats.jsonl import write_trajectories
+from fidelity.formats.jsonl import distinct_output, write_trajectories
 from fidelity.trajectory import Trajectory
 
 IMPORT_FORMATS = (
@@ -43,6 +43,7 @@ def import_trajectories(
     fmt: str, sources: list[Path], output: str | os.PathLike[str]
 ) -> ImportResult:
     """Read *sources* in format *fmt* and write them as fidelity JSONL (atomically)."""
+    distinct_output(output, sources)
     duplicates: list[str] = []
     if fmt == "agentworldbench":
         from fidelity.formats.agentworldbench import import_agentworldbench

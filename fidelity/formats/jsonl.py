@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from fidelity.errors import InputFormatError, NotFoundError
+from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.trajectory import Action, EnvSpec, Trajectory
 
 
@@ -310,6 +310,23 @@ def _confined(
     if not dir_wanted and not resolved.is_file():
         raise InputFormatError(path, line, field, f"{raw!r}: no such file")
     return resolved
+
+
+def distinct_output(
+    output: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]]
+) -> None:
+    """Refuse an *output* that is one of the *inputs* (the same file by any path): writing it
+    would replace what is read (``simulate real.jsonl -o real.jsonl`` would lose every real
+    observation). A :class:`UsageError` naming both, exit 2."""
+    target = Path(output)
+    if not target.exists():
+        return
+    for source in inputs:
+        if Path(source).exists() and os.path.samefile(source, target):
+            raise UsageError(
+                f"-o {output} is the input {source}: write to another file (the input would "
+                "be replaced)"
+            )
 
 
 def staged_file(target: Path, suffix: str = "") -> tuple[int, Path]:
