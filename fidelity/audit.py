@@ -158,6 +158,20 @@ class AuditResult(BaseModel):
     report: str | None = None
 
 
+def _check_report_path(config: AuditConfig) -> None:
+    """Refuse a report that would replace the store (this run's, or any DuckDB file)
+    before anything runs, not after the audit."""
+    if config.report is None:
+        return
+    from fidelity.duckdb_files import refuse_replacing_database
+
+    if config.report.resolve() == config.db.resolve():
+        raise UsageError(
+            f"--report {config.report} is the database --db: write the report to another file"
+        )
+    refuse_replacing_database(config.report)
+
+
 def run_audit(
     config: AuditConfig, progress: pipeline.ProgressCallback | None = None
 ) -> AuditResult:
@@ -184,6 +198,7 @@ def run_audit(
     if config.suite is not None:
         pipeline.check_trust(trajectories, config.trust, suite_path)
     policy = load_policy(config.policy) if config.policy else None
+    _check_report_path(config)
     # The retrieval baseline indexes this run's real replays, so it is built after them.
     model = None if needs_real_corpus(config.sim.world_model) else build_world_model(config.sim)[0]
     description = (

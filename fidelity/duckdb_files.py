@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fidelity.errors import NotADatabaseError
+from fidelity.errors import NotADatabaseError, UsageError
 
 DUCKDB_MAGIC = b"DUCK"
 """What a DuckDB database file holds at byte 8 (its header's magic bytes)."""
@@ -30,3 +30,21 @@ def refuse_other_files(path: Path, wanted: str) -> None:
         if header[8:12] == DUCKDB_MAGIC:
             return
     raise NotADatabaseError(f"{path}: not a DuckDB database (pass {wanted}, or a new file name)")
+
+
+def is_database(path: Path) -> bool:
+    """Whether *path* is a DuckDB database file (its header's magic bytes)."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(12)[8:12] == DUCKDB_MAGIC
+    except OSError:
+        return False
+
+
+def refuse_replacing_database(path: Path) -> None:
+    """Raise :class:`~fidelity.errors.UsageError` (exit 2) when an output *path* is a DuckDB
+    database: ``fidelity report -o fidelity.duckdb`` replaced every stored run with a page."""
+    if is_database(path):
+        raise UsageError(
+            f"{path} is a DuckDB database: write to another file (it would be replaced)"
+        )

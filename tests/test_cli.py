@@ -507,3 +507,25 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(
         "replaced)\n"
     )
     assert data.read_bytes() == before
+
+
+@pytest.mark.bwrap
+def test_no_output_replaces_the_database(tmp_path: Path, bwrap: None) -> None:
+    """``report -o fidelity.duckdb`` replaced every stored run with a page; ``audit --report``
+    the same as ``--db`` would have done it after the audit. Each is refused in one line."""
+    db = tmp_path / "f.duckdb"
+    audited = invoke("audit", "--limit", "1", "--sim-baseline", "copy", "--db", db)
+    assert audited.exit_code == 0, audited.output
+    stored = db.read_bytes()
+    refused = {
+        ("report", "--db", db, "-o", db): f"error: {db} is a DuckDB database: write to "
+        "another file (it would be replaced)\n",
+        ("audit", "--limit", "1", "--sim-baseline", "copy", "--db", tmp_path / "new.duckdb",
+         "--report", tmp_path / "new.duckdb"): f"error: --report {tmp_path / 'new.duckdb'} is "
+        "the database --db: write the report to another file\n",
+    }  # fmt: skip
+    for args, line in refused.items():
+        result = invoke(*args)
+        assert (result.exit_code, result.stderr) == (2, line), args
+    assert db.read_bytes() == stored
+    assert not (tmp_path / "new.duckdb").exists()  # refused before anything was stored

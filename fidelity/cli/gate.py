@@ -142,11 +142,14 @@ def gate(
 
     Exit 0 pass (or warn), 1 fail, 2 usage error, 3 infrastructure or store error.
     """
+    from fidelity.duckdb_files import refuse_replacing_database
     from fidelity.errors import UsageError
     from fidelity.policy import load_policy
 
     if policy is None:
         raise UsageError("--policy is required (a TOML gate policy)")
+    if junit is not None:
+        refuse_replacing_database(junit)  # before the gate, not after its replays
     rules = load_policy(policy)
     if dataset is None:
         _gate_usage(sample, replay_all, cut_at_horizon, allow_root, layout)

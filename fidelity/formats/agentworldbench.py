@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fidelity.duckdb_files import refuse_replacing_database
 from fidelity.errors import InputFormatError, MalformedPredictionError, NotFoundError
 from fidelity.formats.jsonl import json_line, nested_json, read_trajectories, split_lines
 from fidelity.trajectory import (
@@ -352,6 +353,7 @@ def export_predictions(
         lines.append(json_line(out, separators=(", ", ": ")))
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_replacing_database(path)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return ExportResult(output=str(path), samples=len(lines), failed=failed, skipped=skipped)
 

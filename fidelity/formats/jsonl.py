@@ -17,6 +17,7 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from fidelity.duckdb_files import refuse_replacing_database
 from fidelity.errors import InputFormatError, NotFoundError, UsageError
 from fidelity.trajectory import Action, EnvSpec, Trajectory
 
@@ -335,7 +336,10 @@ def staged_file(target: Path, suffix: str = "") -> tuple[int, Path]:
 
     Its mode is what the umask leaves of 0666, as for any file the user creates (and the
     gate's other outputs): ``tempfile.mkstemp`` creates 0600, which the rename would keep.
+    A *target* that is a DuckDB database is refused (:class:`UsageError`): a store is never
+    replaced by an output.
     """
+    refuse_replacing_database(target)
     for _ in range(100):
         candidate = target.parent / f".{target.name}.{secrets.token_hex(6)}{suffix}"
         try:
