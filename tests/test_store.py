@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -550,3 +551,31 @@ def test_shards_left_over_are_merged_once_and_partial_ones_dropped(tmp_path: Pat
     assert not root.exists()
     assert count(tmp_path / "f.duckdb", "comparisons") == 4
     assert count(tmp_path / "f.duckdb", "trajectories") == 2
+
+
+def test_a_store_another_process_holds_says_which_and_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "busy.duckdb"
+    Store(path).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+        with pytest.raises(StoreError) as raised:
+            Store(path)
+        assert str(raised.value) == (
+            f"{path}: in use by another process (PID {holder.pid}), which holds its lock: "
+            "wait for it to end, or pass another --db"
+        )
+        assert exit_code_for(raised.value) == 3
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+_HOLD = """
+import sys, time, duckdb
+connection = duckdb.connect(sys.argv[1])
+print("holding", flush=True)
+time.sleep(120)
+"""

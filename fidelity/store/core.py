@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 from collections.abc import Iterator, Sequence
@@ -122,6 +123,12 @@ class Store:
                 raise NotADatabaseError(
                     f"{self.path}: not a DuckDB database (pass --db with a fidelity database, "
                     "or a new file name)"
+                ) from None
+            holder = _LOCK_HOLDER.search(str(exc))
+            if holder is not None:
+                raise StoreError(
+                    f"{self.path}: in use by another process (PID {holder[1]}), which holds "
+                    "its lock: wait for it to end, or pass another --db"
                 ) from None
             raise StoreError(f"{self.path}: cannot open database ({_first_line(exc)})") from None
         self._buffers: list[SupportsFlush] = []  # the RecordBuffers writing to this store
@@ -604,6 +611,10 @@ def _attached(path: Path) -> duckdb.DuckDBPyConnection:
         connection.close()
         raise
     return connection
+
+
+_LOCK_HOLDER = re.compile(r"Conflicting lock is held in .*?\(PID (\d+)\)")
+"""DuckDB's words for a file another process has open for writing (its PID)."""
 
 
 def _first_line(exc: BaseException) -> str:
