@@ -22,23 +22,26 @@ def refuse_other_files(path: Path, wanted: str) -> None:
     if not path.exists():
         return
     if path.is_file():
-        try:
-            with path.open("rb") as handle:
-                header = handle.read(12)
-        except OSError:  # unreadable: DuckDB's own error says why
-            return
-        if header[8:12] == DUCKDB_MAGIC:
+        header = _header(path)
+        if header is None or header[8:12] == DUCKDB_MAGIC:  # unreadable: DuckDB says why
             return
     raise NotADatabaseError(f"{path}: not a DuckDB database (pass {wanted}, or a new file name)")
 
 
 def is_database(path: Path) -> bool:
     """Whether *path* is a DuckDB database file (its header's magic bytes)."""
+    header = _header(path)
+    return header is not None and header[8:12] == DUCKDB_MAGIC
+
+
+def _header(path: Path) -> bytes | None:
+    """The first bytes of the file *path* (a DuckDB header's magic is at 8), or None when it
+    cannot be read."""
     try:
         with path.open("rb") as handle:
-            return handle.read(12)[8:12] == DUCKDB_MAGIC
+            return handle.read(12)
     except OSError:
-        return False
+        return None
 
 
 def refuse_replacing_database(path: Path) -> None:
