@@ -36,7 +36,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -94,10 +94,8 @@ def write_identity(folder: Path, home: str) -> None:
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
     (folder / "group").write_text(f"root:x:0:\nagent:x:{INSIDE_UID}:\nnogroup:x:65534:\n")
-    for name in (
-        "passwd",
-        "group",
-    ):  # whatever the auditor's umask: bwrap reads them as the sandbox
+    # whatever the auditor's umask: bwrap reads them as the sandbox's user
+    for name in ("passwd", "group"):
         (folder / name).chmod(0o644)
     folder.chmod(folder.stat().st_mode | 0o111)
 
@@ -204,6 +202,22 @@ def _let_traverse(path: Path) -> None:
     """Let the sandbox's user reach *path*'s files: a restrictive umask (027) leaves a new
     cgroup folder 0750, and the sandbox could not move itself in."""
     os.chmod(path, os.stat(path).st_mode | 0o055)
+
+
+_JOIN = 'for f in $0 $1; do [ -n "$f" ] && { echo $$ > "$f" || exit 1; }; done; shift; exec "$@"'
+"""Write this shell's PID into ``$0`` and ``$1`` (each a ``cgroup.procs``; empty: none),
+then run the rest."""
+
+
+def joining(procs_files: Sequence[str | Path]) -> list[str]:
+    """The argv prefix that moves a process into the cgroups whose ``cgroup.procs`` are
+    *procs_files* (one or two) before it runs the rest, so nothing it starts forks outside
+    them; ``[]`` for none."""
+    if not procs_files:
+        return []
+    if len(procs_files) > 2:
+        raise ValueError(f"at most two cgroups to join, not {len(procs_files)}")
+    return ["/bin/sh", "-c", _JOIN, *[*map(str, procs_files), ""][:2]]
 
 
 def pids_cgroup(name: str, owner_uid: int | None, memory: MemoryCgroup | None) -> Path | None:

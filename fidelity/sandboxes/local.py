@@ -417,13 +417,7 @@ class LocalSandbox(Sandbox):
             self._cgroup and self._cgroup.path
         ):
             joins.append(str(self._pids_cgroup / "cgroup.procs"))
-        if joins:  # join the cgroups before anything forks
-            argv += [
-                "/bin/sh",
-                "-c",
-                'for f in $0 $1; do [ -n "$f" ] && { echo $$ > "$f" || exit 1; }; done; shift; exec "$@"',
-                *[*joins, ""][:2],
-            ]
+        argv += containment.joining(joins)  # join the cgroups before anything forks
         argv += [
             "prlimit",
             f"--nproc={cfg.max_processes}",

@@ -56,8 +56,6 @@ _BIND_FIRST = (
     'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
 )
 """Root, in the launcher's own mount namespace: bind each SOURCE TARGET pair, run the rest."""
-_JOIN = 'echo $$ > "$0" || exit 125; exec "$@"'
-"""Root: join the cgroup whose ``cgroup.procs`` is ``$0``, then run the rest."""
 
 
 class McpJail:
@@ -117,11 +115,9 @@ class McpJail:
             os.chown(self.state / OWNER_FILE, 0, 0)
         self.private.mkdir()
         (self.private / "mnt").mkdir()
-        containment.write_identity(self.private, str(self.state))
+        containment.write_identity(self.private, str(self.state))  # passwd, group: 0644
         for path in (self.private, self.private / "mnt"):
             path.chmod(0o711)  # the sandbox uid reaches passwd and the mount targets, lists none
-        for name in ("passwd", "group"):
-            (self.private / name).chmod(0o644)
 
     def log(self, index: int) -> Path:
         """Where server number *index* writes its stderr (the auditor's, out of reach)."""
@@ -181,9 +177,8 @@ class McpJail:
             "--",
             *jail,
         ]
-        join = []  # root moves the launcher into the cgroup before anything forks
-        if self.cgroup is not None:
-            join = ["/bin/sh", "-c", _JOIN, str(self.cgroup.procs_file)]
+        # root moves the launcher into the cgroup before anything forks
+        join = containment.joining([self.cgroup.procs_file] if self.cgroup is not None else [])
         if not first:
             return [*join, *as_uid]
         return [
