@@ -183,24 +183,26 @@ def _read_journal(path: Path) -> Journal:
         raise InputFormatError(str(path), None, field, error["msg"]) from None
 
 
-def refuse_to_replace(out: Path, outputs: Sequence[Path], dataset: Path) -> None:
+def refuse_to_replace(out: Path, previous: Sequence[Path], dataset: Path) -> None:
     """Refuse an output folder whose outputs would replace what no gate wrote.
 
-    A gate replaces the previous gate's outputs (a ``manifest.json`` of a gate beside
-    them). It refuses, in one line (exit 2), a dataset that is one of its own outputs (a
-    gate's ``admitted.jsonl`` gated again into the same folder: the input would be
-    replaced by its own subset), and a folder holding files of the outputs' names with no
-    gate manifest beside them (a project's own ``manifest.json``, data named
-    ``admitted.jsonl``): they would be moved aside and removed.
+    *previous* is what a gate replaces in *out* (its manifest and outputs). A gate
+    replaces the previous gate's outputs (a ``manifest.json`` of a gate beside them). It
+    refuses, in one line (exit 2), a dataset that is one of its own outputs (a gate's
+    ``admitted.jsonl`` gated again into the same folder: the input would be replaced by
+    its own subset), and a folder holding files of those names with no gate manifest
+    beside them (a project's own ``manifest.json``, data named ``admitted.jsonl``): they
+    would be moved aside and removed.
     """
     source = dataset.resolve() if dataset.exists() else None
-    for path in outputs:
-        if source is not None and (source == path.resolve() or path.resolve() in source.parents):
+    for path in previous:
+        resolved = path.resolve()
+        if source is not None and (source == resolved or resolved in source.parents):
             raise UsageError(
                 f"-o {out}: the gate would replace the dataset {dataset} with its own output "
                 f"{path.name}; pass another -o"
             )
-    present = [path for path in [out / MANIFEST, *outputs] if os.path.lexists(path)]
+    present = [path for path in previous if os.path.lexists(path)]
     if present and not _gate_manifest(out / MANIFEST):
         names = ", ".join(path.name for path in present)
         raise UsageError(

@@ -67,7 +67,7 @@ from fidelity.gate.rounds import RoundCallback, planned_positions, replay_rounds
 from fidelity.gate.sample import spool_sample
 from fidelity.gate.scan import quiet, scan_dataset
 from fidelity.gate.verify import run_info, verified_facts
-from fidelity.gate.write import Sample, output_paths, write
+from fidelity.gate.write import Sample, output_paths, replaced_paths, write
 from fidelity.policy import Policy, horizon_limit
 from fidelity.store import Store
 
@@ -110,7 +110,7 @@ def gate_dataset(
     gate_outputs.recover_unlocked(options.output_dir)
     gate_outputs.pause("recovered")
     gate_outputs.refuse_to_replace(
-        options.output_dir, output_paths(options.output_dir), options.dataset
+        options.output_dir, replaced_paths(options.output_dir), options.dataset
     )
     scan = scan_dataset(
         options.dataset,

@@ -55,6 +55,11 @@ def output_paths(out: Path) -> list[Path]:
     return own + rl_output_paths(out)
 
 
+def replaced_paths(out: Path) -> list[Path]:
+    """What a gate in *out* replaces: the manifest first, then :func:`output_paths`."""
+    return [out / gate_outputs.MANIFEST, *output_paths(out)]
+
+
 @dataclass(frozen=True)
 class Sample:
     """What the replays showed: the evidence the verdict was decided on, and the counts of
@@ -89,7 +94,8 @@ def write(
     out.mkdir(parents=True, exist_ok=True)
     with gate_outputs.output_lock(out):
         gate_outputs.recover(out)  # under the lock, every staging folder here is a dead gate's
-        gate_outputs.refuse_to_replace(out, output_paths(out), options.dataset)  # as it is now
+        previous = replaced_paths(out)
+        gate_outputs.refuse_to_replace(out, previous, options.dataset)  # as the folder is now
         parts = gate_outputs.new_staging(out)
         try:
             gate_outputs.pause("staged")
@@ -98,7 +104,6 @@ def write(
                 sample,
             )  # fmt: skip
             gate_outputs.pause("written")
-            previous = [out / gate_outputs.MANIFEST, *output_paths(out)]
             gate_outputs.install(out, parts, staged, previous)
             gate_outputs.pause("installed")
         finally:
