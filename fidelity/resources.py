@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fidelity.errors import NotFoundError
+from fidelity.errors import NotFoundError, UsageError
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -27,3 +27,15 @@ def default_suite(domain: str) -> Path:
     if not path.is_file():
         raise NotFoundError(f"no bundled suite for domain {domain!r} (looked for {path})")
     return path
+
+
+def suite_project(domain: str, project: str, marker: str, kind: str) -> Path:
+    """The folder of *domain*'s bundled project *project* (``suites/<domain>/<project>``,
+    which holds the file *marker*); a :class:`UsageError` naming the *kind* of project and
+    the known ones for any other name (a path, a hidden name, an unknown project)."""
+    root = data_dir("suites") / domain
+    folder = root / project
+    if "/" in project or project.startswith(".") or not (folder / marker).is_file():
+        known = sorted(p.parent.name for p in root.glob(f"*/{marker}"))
+        raise UsageError(f"unknown {kind} project {project!r}; known: {', '.join(known)}")
+    return folder

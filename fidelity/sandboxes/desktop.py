@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fidelity.defaults import STEP_TIMEOUT
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
-from fidelity.resources import data_dir
+from fidelity.resources import suite_project
 from fidelity.sandboxes.base import Sandbox, dead_owner, owned_folder, stale_folders, track, untrack
 from fidelity.sandboxes.config import SandboxConfigBase
 from fidelity.sandboxes.desktop_tree import linearize, parse_xml
@@ -230,12 +230,7 @@ class StepTiming(BaseModel):
 
 def project_dir(project: str) -> Path:
     """The folder of desktop project *project*; UsageError for an unknown name."""
-    root = data_dir("suites") / "os"
-    folder = root / project
-    if "/" in project or project.startswith(".") or not (folder / "desktop.json").is_file():
-        known = sorted(p.parent.name for p in root.glob("*/desktop.json"))
-        raise UsageError(f"unknown desktop project {project!r}; known: {', '.join(known)}")
-    return folder
+    return suite_project("os", project, "desktop.json", "desktop")
 
 
 def load_project(folder: Path) -> DesktopProject:

@@ -41,7 +41,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fidelity.errors import SandboxError, SandboxUnavailableError, UsageError
-from fidelity.resources import data_dir
+from fidelity.resources import suite_project
 from fidelity.sandboxes.images import EnvironmentUnavailableError, cache_dir
 from fidelity.trajectory import EnvSpec, WebSite
 from fidelity.trust import TRUST_FLAG, origin_of, redact, scrubbed_environment
@@ -64,12 +64,7 @@ class SiteSpec(BaseModel):
 
 def project_dir(project: str) -> Path:
     """The folder of web project *project*; UsageError for an unknown name."""
-    root = data_dir("suites") / "web"
-    folder = root / project
-    if "/" in project or project.startswith(".") or not (folder / "site.json").is_file():
-        known = sorted(p.parent.name for p in root.glob("*/site.json"))
-        raise UsageError(f"unknown web project {project!r}; known: {', '.join(known)}")
-    return folder
+    return suite_project("web", project, "site.json", "web")
 
 
 def load_site(folder: Path) -> SiteSpec:
