@@ -51,7 +51,7 @@ from fidelity.compare.rules import DEFAULT_RULES, GIT_ID_RULE, PID_OUTPUT_RULE, 
 from fidelity.errors import UsageError, writing
 from fidelity.formats.jsonl import json_line, staged_file
 from fidelity.formats.rl_export import arrow
-from fidelity.store import Store, action_adapter
+from fidelity.store import Store, action_adapter, stored_observation
 from fidelity.trajectory import (
     TASK_META,
     Control,
@@ -281,7 +281,7 @@ def _trajectory(
         steps.append(
             Step(
                 action=adapter.validate_json(action),
-                observation=None if real[0] is None else _observation(*real),
+                observation=None if real[0] is None else stored_observation(*real),
                 control=None if control is None else Control.model_validate_json(control),
             )
         )
@@ -314,26 +314,6 @@ def _task_yaml(folder: str) -> str | None:
         return None
 
 
-def _observation(
-    text: str,
-    exit_code: int | None,
-    cwd: str | None,
-    timed_out: bool,
-    truncated: bool,
-    error: str | None,
-    state: str | None,
-) -> Observation:
-    return Observation(
-        text=text,
-        exit_code=exit_code,
-        cwd=cwd,
-        timed_out=timed_out,
-        truncated=truncated,
-        error=error,
-        state=None if state is None else json.loads(state),
-    )
-
-
 class _Exported:
     """Turns the compared steps of one trajectory at a time into rows."""
 
@@ -358,7 +338,7 @@ class _Exported:
         for mode, sample, depth, *fields in queries.rows(
             store, "wm_simulated", [self.run_id, trajectory.id]
         ):
-            simulated.setdefault((mode, sample), {})[depth] = _observation(*fields)
+            simulated.setdefault((mode, sample), {})[depth] = stored_observation(*fields)
         compared = self._kept(queries.rows(store, "wm_comparisons", [self.run_id, trajectory.id]))
         if compared and trajectory.task_instruction is None:
             self.without_task += 1

@@ -18,6 +18,7 @@ from fidelity.store.records import (
     TimedObservation,
     TrajectoryRecord,
     action_adapter,
+    stored_observation,
 )
 from fidelity.store.rows import _Batch as _Batch
 from fidelity.store.rows import _insert_columns as _insert_columns
@@ -46,4 +47,5 @@ __all__ = [
     "action_adapter",
     "run_status",
     "sql_string",
+    "stored_observation",
 ]

@@ -50,6 +50,7 @@ from fidelity.store.records import (
     StoredReplay,
     TimedObservation,
     TrajectoryRecord,
+    stored_observation,
 )
 from fidelity.store.rows import _Batch, _insert_rows, _now
 from fidelity.store.schema import (
@@ -352,8 +353,6 @@ class Store:
 
     def real_observations(self, run_id: str) -> dict[str, list[Observation]]:
         """The real observations of every trajectory of *run_id* stored whole, in depth order."""
-        from fidelity.trajectory import Observation
-
         rows = self.connection.execute(
             """SELECT o.trajectory_id, o.text, o.exit_code, o.cwd, o.timed_out, o.truncated, o.error,
                       o.state
@@ -363,18 +362,8 @@ class Store:
             [run_id],
         ).fetchall()
         result: dict[str, list[Observation]] = {}
-        for trajectory_id, text, exit_code, cwd, timed_out, truncated, error, state in rows:
-            result.setdefault(trajectory_id, []).append(
-                Observation(
-                    text=text,
-                    exit_code=exit_code,
-                    cwd=cwd,
-                    timed_out=timed_out,
-                    truncated=truncated,
-                    error=error,
-                    state=json.loads(state) if state is not None else None,
-                )
-            )
+        for trajectory_id, *columns in rows:
+            result.setdefault(trajectory_id, []).append(stored_observation(*columns))
         return result
 
     def write_replayed(self, run_id: str, record: ReplayedRecord) -> None:
@@ -400,8 +389,6 @@ class Store:
 
     def replayed(self, run_id: str) -> dict[str, StoredReplay]:
         """The real sides stored by :meth:`write_replayed` and not yet completed, by id."""
-        from fidelity.trajectory import Observation
-
         rows = self.connection.execute(
             """SELECT t.trajectory_id, t.env, t.error, t.real_seconds, o.text, o.exit_code, o.cwd,
                       o.timed_out, o.truncated, o.error, o.latency_ms, o.state
@@ -415,15 +402,7 @@ class Store:
             if tid not in result:
                 initial = json.loads(env).get("initial_observation")
                 result[tid] = StoredReplay(initial, [], seconds or 0.0, error)
-            observation = Observation(
-                text=text,
-                exit_code=code,
-                cwd=cwd,
-                timed_out=timed_out,
-                truncated=cut,
-                error=obs_error,
-                state=json.loads(state) if state is not None else None,
-            )
+            observation = stored_observation(text, code, cwd, timed_out, cut, obs_error, state)
             result[tid].real.append(TimedObservation(observation, ms))
         for tid, outcome in self._real_outcomes(run_id, list(result)).items():
             result[tid].outcome = outcome

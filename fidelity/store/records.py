@@ -28,6 +28,32 @@ def action_adapter() -> TypeAdapter[Action]:
     return TypeAdapter(Action)
 
 
+def stored_observation(
+    text: str,
+    exit_code: int | None,
+    cwd: str | None,
+    timed_out: bool,
+    truncated: bool,
+    error: str | None,
+    state: str | None,
+) -> Observation:
+    """The observation of a stored ``observations`` row: its columns in this order (``state``
+    as stored, JSON text)."""
+    import json
+
+    from fidelity.trajectory import Observation
+
+    return Observation(
+        text=text,
+        exit_code=exit_code,
+        cwd=cwd,
+        timed_out=timed_out,
+        truncated=truncated,
+        error=error,
+        state=None if state is None else json.loads(state),
+    )
+
+
 @dataclass
 class TimedObservation:
     """An observation and how long it took to obtain."""
