@@ -72,6 +72,16 @@ def bwrap() -> None:
     require_binary("bwrap", "apt-get install bubblewrap")
 
 
+@pytest.fixture
+def chromium() -> None:
+    """Tests that drive the real Chromium on the bundled sites (datasette among them)."""
+    from fidelity.sandboxes.browser import BrowserConfig
+
+    require_binary(BrowserConfig().executable, "apt-get install chromium")
+    require_module("playwright.sync_api", "pip install 'fidelity[web]'")
+    require_module("datasette", "pip install 'fidelity[web]'")
+
+
 @pytest.fixture(scope="session")
 def docker() -> None:
     """Tests that start real Docker containers: the CLI and a daemon that answers."""

@@ -22,7 +22,7 @@ from fidelity.resources import default_suite
 from fidelity.sandboxes import get_sandbox
 from fidelity.sandboxes.browser import BrowserConfig, BrowserSandbox, _marked_processes, sweep_stale
 from fidelity.trajectory import BrowserAction, EnvSpec, Observation
-from tests.conftest import require_binary, require_module, unavailable
+from tests.conftest import unavailable
 from tests.sandboxes.conformance_lifecycle import *  # noqa: F403 - backend-agnostic lifecycle
 
 LIBRARY = EnvSpec(backend="browser", project="library")
@@ -30,13 +30,6 @@ pytestmark = pytest.mark.browser
 
 
 # -- real Chromium -------------------------------------------------------------
-
-
-@pytest.fixture
-def chromium() -> None:
-    require_binary(BrowserConfig().executable, "apt-get install chromium")
-    require_module("playwright.sync_api", "pip install 'fidelity[web]'")
-    require_module("datasette", "pip install 'fidelity[web]'")
 
 
 @pytest.fixture

@@ -9,18 +9,9 @@ import pytest
 
 from fidelity.batch import replay_suite
 from fidelity.formats.jsonl import read_trajectories, write_trajectories
-from fidelity.sandboxes.browser import BrowserConfig
 from fidelity.trajectory import BrowserAction, EnvSpec, Step, Trajectory
-from tests.conftest import require_binary, require_module
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-def chromium() -> None:
-    require_binary(BrowserConfig().executable, "apt-get install chromium")
-    require_module("playwright.sync_api", "pip install 'fidelity[web]'")
-    require_module("datasette", "pip install 'fidelity[web]'")
 
 
 def test_a_replay_leaves_nothing_in_tmpdir(

@@ -24,7 +24,6 @@ import pytest
 
 from fidelity.sandboxes.base import Sandbox
 from fidelity.trajectory import BrowserAction, CommandAction, EnvSpec
-from tests.conftest import require_binary, require_module
 
 SECRET_NAMES = ("FIDELITY_SIM_API_KEY", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY")
 
@@ -164,15 +163,6 @@ def escapes_ran(seen: str) -> None:
 
 
 # -- the browser -----------------------------------------------------------------
-
-
-@pytest.fixture
-def chromium() -> None:
-    from fidelity.sandboxes.browser import BrowserConfig
-
-    require_binary(BrowserConfig().executable, "apt-get install chromium")
-    require_module("playwright.sync_api", "pip install 'fidelity[web]'")
-    require_module("datasette", "pip install 'fidelity[web]'")
 
 
 @pytest.fixture
