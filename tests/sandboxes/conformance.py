@@ -155,9 +155,9 @@ def test_an_actions_own_timeout_shortens_the_step_never_lengthens_it(
     """A dataset names the action: its ``timeout`` cannot hold a step past the run's."""
     sandbox.reset(env_of(workdir=str(workdir)))
     longer = CommandAction(command="echo before; sleep 100000", timeout=1e308)
-    held = sandbox.step(longer, timeout=1.0)
+    held = sandbox.step(longer, timeout=5.0)  # 5 s: room for the echo on a busy machine
     assert held.timed_out and "before" in held.text
-    shorter = CommandAction(command="echo before; sleep 100000", timeout=1.0)
+    shorter = CommandAction(command="echo before; sleep 100000", timeout=5.0)
     cut = sandbox.step(shorter, timeout=60.0)
     assert cut.timed_out and "before" in cut.text
     assert run(sandbox, "echo after").text == "after\n"
@@ -170,7 +170,8 @@ def test_a_keystrokes_duration_never_holds_the_step_past_the_run_limit(
     ends; its output and the shell are as after any keystrokes."""
     sandbox.reset(env_of(workdir=str(workdir)))
     started = time.monotonic()
-    typed = sandbox.step(KeystrokesAction(keys="echo typed\n", duration=600), timeout=1.0)
+    keys = KeystrokesAction(keys="echo typed\n", duration=600)
+    typed = sandbox.step(keys, timeout=5.0)  # 5 s: room for the echo on a busy machine
     assert time.monotonic() - started < 60  # not the 600 s the line asked for
     assert "typed" in typed.text
     assert run(sandbox, "echo after").text.endswith("after\n")
